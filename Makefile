@@ -1,0 +1,34 @@
+# Quick start: `make examples` builds every example spec into out/;
+# `make test` runs the whole test suite (installing promtool if missing).
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+
+.PHONY: examples test setup promtool lint golden bench
+
+$(BIN)/genobs: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(BIN)/genobs
+
+setup: $(BIN)/genobs
+
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing Debian's prometheus package for promtool"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+examples: setup
+	$(BIN)/genobs build specs/
+
+test: setup promtool
+	$(BIN)/ruff check genobs tests bench
+	$(BIN)/python -m pytest -q
+
+golden: setup
+	$(BIN)/genobs build --no-check specs/
+
+bench: setup
+	$(BIN)/python bench/bench_build.py

@@ -1,0 +1,3 @@
+from genobs.cli import main
+
+main()

@@ -1,0 +1,91 @@
+"""The pipeline in one place: load -> plan -> render -> write -> check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from genobs import promtool
+from genobs.errors import Problem, SpecError
+from genobs.loader import load_spec
+from genobs.writer import dump_json, dump_yaml, replace_dir
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    spec_file: str
+    files: dict[str, bytes]
+
+
+def spec_files(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend(sorted(x for x in p.iterdir() if x.suffix in (".yaml", ".yml") and x.is_file()))
+        else:
+            out.append(p)
+    return out
+
+
+def render_spec(path: Path) -> Output:
+    """Everything a spec compiles to, in memory. Raises SpecError."""
+    from genobs.plan import build_plan
+    from genobs.render.dashboard import render_dashboard
+    from genobs.render.rules import render_rule_files
+    from genobs.render.runbook import render_runbook
+
+    doc = load_spec(path)
+    plan = build_plan(doc)
+    files: dict[str, bytes] = {}
+    for name, data in render_rule_files(plan).items():
+        files[f"prometheus/{name}"] = dump_yaml(data, plan.name)
+    for name, data in plan.unit_tests:
+        files[f"prometheus/tests/{name}"] = dump_yaml(data, plan.name)
+    files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
+    files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
+    return Output(plan.name, str(path), files)
+
+
+def render_all(paths: list[Path]) -> list[Output]:
+    """Render every spec; collect every problem before failing."""
+    problems: list[Problem] = []
+    outputs: list[Output] = []
+    names: dict[str, str] = {}
+    for path in spec_files(paths):
+        try:
+            out = render_spec(path)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+            continue
+        if out.name in names:
+            problems.append(
+                Problem(f"spec name {out.name!r} is also used by {names[out.name]}", str(path), field="name")
+            )
+            continue
+        names[out.name] = str(path)
+        outputs.append(out)
+    if problems:
+        raise SpecError(problems)
+    return outputs
+
+
+def write(outputs: list[Output], root: Path) -> list[Path]:
+    dirs = []
+    for out in outputs:
+        target = root / out.name
+        replace_dir(target, out.files)
+        dirs.append(target)
+    return dirs
+
+
+def check(target: Path) -> list[promtool.Result]:
+    """promtool check rules (and test rules, where tests exist) on one output folder."""
+    rules = sorted((target / "prometheus").glob("*.yaml"))
+    results = [promtool.check_rules(rules)]
+    tests = sorted((target / "prometheus" / "tests").glob("*.yaml"))
+    if tests:
+        results.append(
+            promtool.test_rules([t.relative_to(target / "prometheus") for t in tests], cwd=target / "prometheus")
+        )
+    return results

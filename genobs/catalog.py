@@ -1,0 +1,142 @@
+"""Engine metric catalogs: the data that turns a logical signal plus an engine
+version into the wire name, type and default buckets (first stage of `plan`)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import yaml
+
+Version = tuple[int, int, int]
+
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev)\d*)?$")
+
+
+def parse_version(text: str) -> Version:
+    """'0.33' -> (0, 33, 0); '0.8.5.post1' -> (0, 8, 5). ValueError when malformed."""
+    m = _VERSION_RE.match(str(text).strip())
+    if not m:
+        raise ValueError(f"not a version: {text!r} (expected e.g. 0.33 or 0.11.1)")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def format_version(v: Version) -> str:
+    return ".".join(str(p) for p in v)
+
+
+@dataclass(frozen=True)
+class NameRange:
+    name: str
+    since: Version
+    until: Version | None
+
+    def contains(self, v: Version) -> bool:
+        return self.since <= v and (self.until is None or v < self.until)
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    key: str
+    type: str
+    unit: str
+    help: str
+    names: tuple[NameRange, ...]
+    buckets: tuple[tuple[Version, Version | None, tuple[float, ...]], ...]
+    labels: tuple[str, ...]
+    process: bool
+
+    def name_for(self, v: Version) -> str | None:
+        found = [r.name for r in self.names if r.contains(v)]
+        return found[-1] if found else None
+
+    def buckets_for(self, v: Version) -> tuple[float, ...]:
+        for since, until, le in self.buckets:
+            if since <= v and (until is None or v < until):
+                return le
+        return ()
+
+    def available_from(self) -> Version:
+        return min(r.since for r in self.names)
+
+    def versions_text(self) -> str:
+        parts = []
+        for r in self.names:
+            end = f" before {format_version(r.until)}" if r.until else " on"
+            parts.append(f"{r.name} from {format_version(r.since)}{end}")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    engine: str
+    min_version: Version
+    max_version: Version
+    engine_label_since: Version
+    custom_buckets_since: Version
+    finished_reasons: tuple[tuple[str, Version], ...]
+    metrics: dict[str, MetricDef]
+
+    def metric(self, key: str) -> MetricDef:
+        return self.metrics[key]
+
+    def name(self, key: str, v: Version) -> str | None:
+        return self.metrics[key].name_for(v)
+
+    def reasons_for(self, v: Version) -> tuple[str, ...]:
+        return tuple(r for r, since in self.finished_reasons if since <= v)
+
+    def names_for(self, v: Version) -> set[str]:
+        """Every wire series name (with histogram suffixes) the version exposes."""
+        out: set[str] = set()
+        for m in self.metrics.values():
+            n = m.name_for(v)
+            if n is None:
+                continue
+            if m.type == "histogram":
+                out.update({f"{n}_bucket", f"{n}_sum", f"{n}_count"})
+            else:
+                out.add(n)
+        return out
+
+
+def _opt_version(text: object) -> Version | None:
+    return None if text is None else parse_version(str(text))
+
+
+def _build(raw: dict) -> Catalog:
+    metrics = {}
+    for key, m in raw["metrics"].items():
+        names = tuple(NameRange(n["name"], parse_version(n["since"]), _opt_version(n.get("until"))) for n in m["names"])
+        buckets = tuple(
+            (parse_version(b["since"]), _opt_version(b.get("until")), tuple(float(x) for x in b["le"]))
+            for b in m.get("buckets", [])
+        )
+        metrics[key] = MetricDef(
+            key=key,
+            type=m["type"],
+            unit=m["unit"],
+            help=m["help"],
+            names=names,
+            buckets=buckets,
+            labels=tuple(m.get("labels", [])),
+            process=bool(m.get("process", False)),
+        )
+    sv = raw["supported_versions"]
+    return Catalog(
+        engine=raw["engine"],
+        min_version=parse_version(sv["min"]),
+        max_version=parse_version(sv["max"]),
+        engine_label_since=parse_version(raw["engine_label_since"]),
+        custom_buckets_since=parse_version(raw["custom_buckets_since"]),
+        finished_reasons=tuple((r["value"], parse_version(r["since"])) for r in raw["finished_reasons"]),
+        metrics=metrics,
+    )
+
+
+@functools.cache
+def load_catalog(engine: str = "vllm") -> Catalog:
+    text = resources.files("genobs.data").joinpath(f"{engine}.yaml").read_text(encoding="utf-8")
+    return _build(yaml.safe_load(text))

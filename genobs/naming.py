@@ -1,0 +1,47 @@
+"""Every name genobs generates: recorded series, rule groups, alerts' runbook
+anchors and dashboard uids. Pure functions, so renderers and the runbook agree."""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "genobs"
+
+
+def record(subject: str, operation: str) -> str:
+    """Recorded series name in the level:metric:operations convention."""
+    return f"{PREFIX}:{subject}:{operation}"
+
+
+def rate_op(operation: str, window: str) -> str:
+    """'quantile', '5m' -> 'quantile_rate5m'; 'rate', '5m' -> 'rate5m'."""
+    return f"rate{window}" if operation == "rate" else f"{operation}_rate{window}"
+
+
+def group(spec_name: str, part: str) -> str:
+    return f"{PREFIX}-{spec_name}-{part}"
+
+
+def anchor(title: str) -> str:
+    """GitHub-style heading anchor; runbook headings are alert names, so anchors match."""
+    text = title.strip().lower()
+    text = re.sub(r"[^a-z0-9 _-]", "", text)
+    return text.replace(" ", "-")
+
+
+def runbook_url(base_url: str, alert_name: str) -> str:
+    return f"{base_url}#{anchor(alert_name)}"
+
+
+def dashboard_uid(spec_name: str) -> str:
+    return f"{PREFIX}-{spec_name}"[:40]
+
+
+def slo_alert(slo_name: str, speed: str) -> str:
+    """'first-token', 'fast' -> 'SloFirstTokenBudgetBurnFast'."""
+    words = re.split(r"[^A-Za-z0-9]+", slo_name)
+    return "Slo" + "".join(w[:1].upper() + w[1:] for w in words if w) + f"ErrorBudgetBurn{speed.capitalize()}"
+
+
+def slo_subject(slo_name: str) -> str:
+    return "slo_" + re.sub(r"[^a-z0-9]+", "_", slo_name.lower()).strip("_")

@@ -1,0 +1,197 @@
+"""`plan` stage: turn a loaded spec into the Plan every renderer takes, checking
+that the engine version supports what the spec asks for."""
+
+from __future__ import annotations
+
+from genobs import naming
+from genobs import promql as q
+from genobs.catalog import format_version, load_catalog, parse_version
+from genobs.errors import Problem, SpecError
+from genobs.loader import SpecDocument
+from genobs.plan.alerts import AlertBuilder, format_threshold, preset_data, resolve, signal_data
+from genobs.plan.context import Context
+from genobs.plan.dashboard import build_dashboard_rows, build_variables
+from genobs.plan.model import AlertRule, Dashboard, Plan, RuleGroup, RunbookEntry, Severity
+from genobs.plan.recording import build_recording
+
+_LINE_COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
+
+# feature -> (logical metric whose presence it needs, human explanation)
+_FEATURE_NEEDS = {
+    "speculative_decoding": (
+        ("spec_decode_accepted_tokens", "spec_decode_acceptance_gauge"),
+        "speculative-decoding acceptance metrics",
+    ),
+    "disaggregated_prefill": (("nixl_xfer_time",), "NIXL KV-transfer metrics"),
+    "prefix_caching": (("prefix_cache_hits", "prefix_cache_hit_rate_gauge"), "prefix-cache metrics"),
+}
+
+
+def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
+    spec = doc.spec
+    catalog = load_catalog(spec.service.engine)
+    version = catalog.max_version
+    if spec.service.engine_version is not None:
+        try:
+            version = parse_version(spec.service.engine_version)
+        except ValueError as exc:
+            problems.append(doc.problem(("service", "engine_version"), str(exc)))
+            return None
+        if not catalog.min_version <= version <= catalog.max_version:
+            problems.append(
+                doc.problem(
+                    ("service", "engine_version"),
+                    f"vLLM {spec.service.engine_version} is outside the versions genobs knows "
+                    f"({format_version(catalog.min_version)} to {format_version(catalog.max_version)})",
+                )
+            )
+            return None
+    features = {name for name, on in spec.features.model_dump().items() if on}
+    for feature in sorted(features):
+        keys, what = _FEATURE_NEEDS[feature]
+        if not any(catalog.name(k, version) for k in keys):
+            ranges = "; ".join(catalog.metric(k).versions_text() for k in keys)
+            problems.append(
+                doc.problem(
+                    ("features", feature),
+                    f"vLLM {format_version(version)} exports no {what}; {feature} needs a version where they exist ({ranges})",
+                )
+            )
+    group = list(spec.service.group_by)
+    group += [k for k in spec.service.selector if k not in group]
+    return Context(
+        catalog=catalog,
+        version=version,
+        dialect=spec.service.metric_names,
+        selector=tuple(spec.service.selector.items()),
+        models=tuple(spec.service.models),
+        group=tuple(group),
+        variables=tuple(spec.service.group_by),
+        window="5m",
+        min_request_rate=spec.service.min_request_rate,
+        features=frozenset(features),
+    )
+
+
+def _lines(alerts: list[AlertRule]) -> dict[str, tuple]:
+    out: dict[str, list] = {}
+    for a in alerts:
+        if a.threshold_text and a.name == _primary(a.signal):
+            value = _threshold_value(a)
+            if value is not None:
+                out.setdefault(a.signal, []).append((_LINE_COLOURS[a.severity], value))
+    return {k: tuple(sorted(v, key=lambda x: x[1])) for k, v in out.items()}
+
+
+def _primary(signal: str) -> str:
+    return next(n for n, a in signal_data()["alerts"].items() if a["signal"] == signal and a.get("primary"))
+
+
+def _threshold_value(a: AlertRule) -> float | None:
+    # the number after the comparison operator in "<series> > 0.5 and ..."
+    for op in (" > ", " < "):
+        if op in a.expr:
+            tail = a.expr.split(op, 1)[1].split(" ", 1)[0]
+            try:
+                return float(tail)
+            except ValueError:
+                return None
+    return None
+
+
+def _runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
+    signals = signal_data()["signals"]
+    entries: dict[str, RunbookEntry] = {}
+    for a in alerts:
+        sev = Severity(a.severity, a.threshold_text, a.for_)
+        if a.name in entries:
+            e = entries[a.name]
+            entries[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})
+            continue
+        s = signals[a.signal]
+        entries[a.name] = RunbookEntry(
+            alert=a.name,
+            anchor=naming.anchor(a.name),
+            signal=a.signal,
+            title=s["title"],
+            meaning=s["meaning"].strip(),
+            first_action=s["first_action"].strip(),
+            next_checks=tuple(s["next_checks"]),
+            severities=(sev,),
+            summary=a.summary,
+            query=a.query,
+            panel=a.panel,
+            expr=a.expr,
+        )
+    return tuple(entries.values())
+
+
+def _check_expressions(plan_groups: tuple[RuleGroup, ...], ctx: Context) -> None:
+    """Every expression parses and every raw metric exists for the version."""
+    known = ctx.catalog.names_for(ctx.version) | {"up"}
+    if ctx.dialect == "underscore":
+        known = {n.replace(":", "_") for n in known}
+    recorded = {r.record for g in plan_groups for r in g.rules if hasattr(r, "record")}
+    for g in plan_groups:
+        for rule in g.rules:
+            for name in q.metric_names(rule.expr):
+                if name not in known and name not in recorded:
+                    raise AssertionError(f"{name} in {rule.expr} is not exported by vLLM {ctx.version_text}")
+
+
+def build_plan(doc: SpecDocument) -> Plan:
+    spec = doc.spec
+    problems: list[Problem] = []
+    ctx = _context(doc, problems)
+    overrides = {
+        signal: value.model_dump(by_alias=True, exclude_unset=True)
+        for signal, value in spec.alerts
+        if value is not None
+    }
+    resolved = resolve(spec.use_case, overrides, lambda path, msg: problems.append(doc.problem(path, msg)))
+    if problems or ctx is None:
+        raise SpecError(problems)
+
+    rec = build_recording(ctx)
+    base_url = spec.runbook.base_url or "RUNBOOK.md"
+    alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(resolved)
+    groups = (
+        RuleGroup(naming.group(spec.name, "recording"), spec.evaluation_interval, tuple(rec.rules)),
+        RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),
+    )
+    _check_expressions(groups, ctx)
+    preset = preset_data()[spec.use_case]
+    title = spec.dashboard.title or f"vLLM - {spec.name}"
+    dashboard = Dashboard(
+        title=title,
+        uid=spec.dashboard.uid or naming.dashboard_uid(spec.name),
+        folder=spec.dashboard.folder or "LLM serving",
+        refresh=spec.dashboard.refresh,
+        tags=("genobs", "vllm", spec.use_case),
+        variables=build_variables(ctx, rec),
+        rows=build_dashboard_rows(ctx, rec, _lines(alerts)),
+    )
+    raw = set()
+    for g in groups:
+        for rule in g.rules:
+            raw |= q.metric_names(rule.expr)
+    return Plan(
+        name=spec.name,
+        title=title,
+        use_case=spec.use_case,
+        use_case_text=preset["description"],
+        primary_kpi=preset["primary_kpi"],
+        description=(spec.description or "").strip(),
+        engine=spec.service.engine,
+        engine_version=ctx.version_text,
+        metric_names=ctx.dialect,
+        selector_text=q.selector("", ctx.raw_matchers()) or "(none)",
+        group_by=ctx.group,
+        groups=groups,
+        dashboard=dashboard,
+        runbook=_runbook(alerts),
+        raw_metrics=frozenset(n for n in raw if not n.startswith(naming.PREFIX + ":")),
+    )
+
+
+__all__ = ["build_plan", "format_threshold"]

@@ -1,0 +1,231 @@
+"""Alerting rules: thresholds resolved from signal defaults, the use-case preset
+and the spec's overrides, each alert reading recorded series by name."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+
+import yaml
+
+from genobs import naming
+from genobs import promql as q
+from genobs.plan.context import Context
+from genobs.plan.model import AlertRule
+from genobs.plan.recording import Recorder
+from genobs.units import format_percent, format_seconds, parse_number, parse_ratio, parse_seconds
+
+SEVERITIES = ("critical", "warning", "info")
+
+
+@functools.cache
+def signal_data() -> dict:
+    return yaml.safe_load(resources.files("genobs.data").joinpath("signals.yaml").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def preset_data() -> dict:
+    return yaml.safe_load(resources.files("genobs.data").joinpath("presets.yaml").read_text(encoding="utf-8"))
+
+
+_PARSERS = {"seconds": parse_seconds, "ratio": parse_ratio, "number": parse_number}
+
+
+def format_threshold(kind: str, value: float) -> str:
+    if kind == "seconds":
+        return format_seconds(value)
+    if kind == "ratio":
+        return format_percent(value)
+    return f"{value:g}"
+
+
+_HUMANIZE = {"seconds": "humanizeDuration", "ratio": "humanizePercentage", "number": "humanize", "none": "humanize"}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One alert definition after defaults, preset and overrides."""
+
+    name: str
+    signal: str
+    kind: str
+    direction: str
+    for_: str
+    levels: tuple[tuple[str, float], ...]  # (severity, threshold)
+    summary: str
+    description: str
+
+
+def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]:
+    """`overrides`: signal -> fields the spec set. `report(path, message)` records problems."""
+    data = signal_data()
+    preset = preset_data()[use_case].get("alerts", {})
+    out: list[Resolved] = []
+    for name, alert in data["alerts"].items():
+        signal = alert["signal"]
+        kind = alert["kind"]
+        layers = [("preset", preset.get(signal, {})), ("spec", overrides.get(signal, {}))]
+        enabled = True
+        for _, layer in layers:
+            enabled = layer.get("enabled", enabled)
+        if not enabled:
+            continue
+        raw = dict(alert["thresholds"])
+        for_ = alert["for"]
+        for source, layer in layers:
+            if layer.get("for"):
+                for_ = layer["for"]
+            if not alert.get("primary"):
+                continue
+            for sev in SEVERITIES:
+                if sev in layer:
+                    if layer[sev] is None:
+                        raw.pop(sev, None)
+                    elif kind == "none":
+                        report(
+                            ("alerts", signal, sev), f"{signal} alerts have no threshold; only enabled and for apply"
+                        )
+                    else:
+                        raw[sev] = (source, layer[sev])
+        levels = []
+        for sev in SEVERITIES:
+            if sev not in raw:
+                continue
+            value = raw[sev]
+            source, value = value if isinstance(value, tuple) else ("default", value)
+            if kind == "none":
+                levels.append((sev, 0.0))
+                continue
+            try:
+                levels.append((sev, _PARSERS[kind](value)))
+            except ValueError as exc:
+                if source == "spec":
+                    report(("alerts", signal, sev), str(exc))
+                else:
+                    raise
+        if not levels:
+            continue
+        out.append(
+            Resolved(
+                name, signal, kind, alert["direction"], for_, tuple(levels), alert["summary"], alert["description"]
+            )
+        )
+    return out
+
+
+class AlertBuilder:
+    def __init__(self, ctx: Context, rec: Recorder, base_url: str, team: str | None):
+        self.ctx = ctx
+        self.rec = rec
+        self.base_url = base_url
+        self.team = team
+
+    def _traffic_gate(self) -> str:
+        return f"and {q.on(self.ctx.group)} {self.rec.ref('finished')} >= {self.ctx.min_request_rate:g}"
+
+    def condition(self, a: Resolved, threshold: float) -> tuple[str, str, str] | None:
+        """(expr, compared series, dashboard panel) or None when the signal does not apply."""
+        ctx, r = self.ctx, self.rec
+        op = ">" if a.direction == "above" else "<"
+        t = f"{threshold:g}"
+        p99 = (("quantile", "=", "0.99"),)
+        latency = {
+            "VllmTtftP99High": ("ttft", "Time to first token"),
+            "VllmItlP99High": ("itl", "Inter-token latency"),
+            "VllmE2eLatencyP99High": ("e2e", "End-to-end latency"),
+            "VllmQueueTimeP99High": ("queue_time", "Queue time"),
+        }
+        if a.name in latency:
+            key, panel = latency[a.name]
+            series = r.ref(f"{key}_quantile", p99)
+            return f"{series} {op} {t} {self._traffic_gate()}", series, panel
+        ratios = {
+            "VllmLengthFinishRatioHigh": ("length_ratio", "Length and abort finishes"),
+            "VllmAbortRatioHigh": ("abort_ratio", "Length and abort finishes"),
+            "VllmSuccessRatioLow": ("success_ratio", "Success rate"),
+            "VllmOutputSpeedPerUserLow": ("output_speed_per_user", "Output speed per user (tok/s/user)"),
+        }
+        if a.name in ratios:
+            key, panel = ratios[a.name]
+            series = r.ref(key)
+            return f"{series} {op} {t} {self._traffic_gate()}", series, panel
+        if a.name == "VllmNixlTransferTimeP99High":
+            if "disaggregated_prefill" not in ctx.features:
+                return None
+            series = r.ref("nixl_xfer_time_quantile", p99)
+            return f"{series} {op} {t}", series, "NIXL transfer time"
+        if a.name == "VllmNixlTransfersFailing":
+            if "disaggregated_prefill" not in ctx.features:
+                return None
+            series = r.ref("nixl_failed")
+            return f"{series} {op} {t}", series, "NIXL failed transfers"
+        if a.name == "VllmSpecDecodeAcceptanceLow":
+            if "speculative_decoding" not in ctx.features:
+                return None
+            series = r.ref("spec_acceptance")
+            return f"{series} {op} {t} {self._traffic_gate()}", series, "Speculative-decoding acceptance rate"
+        if a.name == "VllmKvCacheSaturated":
+            series = r.ref("kv_cache_usage")
+            waiting = f"{r.ref('waiting')} > 0"
+            return f"{series} {op} {t} and {q.on(ctx.group)} {waiting}", series, "KV cache usage"
+        if a.name == "VllmPreemptionsSustained":
+            series = r.ref("preemptions")
+            return f"{series} {op} {t}", series, "Preemptions"
+        if a.name == "VllmRequestsWaitingHigh":
+            series = r.ref("waiting")
+            return f"{series} {op} {t}", series, "Running vs waiting requests"
+        if a.name == "VllmApiServerRssGrowing":
+            rss = r.ref("process_rss")
+            series = f"deriv({rss}[30m]) * 3600 / {rss}"
+            return f"{series} {op} {t}", series, "API-server resident memory"
+        if a.name == "VllmTargetDown":
+            series = q.selector("up", ctx.raw_matchers(process=True))
+            return f"{series} == 0", series, "API-server resident memory"
+        if a.name == "VllmMetricsAbsent":
+            series = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
+            return f"absent({series})", series, "Running vs waiting requests"
+        if a.name == "VllmMetricsFrozen":
+            series = r.ref("generation_tps")
+            running = f"{r.ref('running')} > 0"
+            return f"{running} and {q.on(ctx.group)} {series} == 0", series, "Token throughput (tok/s)"
+        raise KeyError(f"no expression for alert {a.name}")
+
+    def build(self, resolved: list[Resolved]) -> list[AlertRule]:
+        rules: list[AlertRule] = []
+        labels_text = ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in self.ctx.group)
+        for a in resolved:
+            for severity, threshold in a.levels:
+                found = self.condition(a, threshold)
+                if found is None:
+                    continue
+                expr, series, panel = found
+                threshold_text = format_threshold(a.kind, threshold) if a.kind != "none" else ""
+                value = f"{{{{ $value | {_HUMANIZE[a.kind]} }}}}"
+                if a.kind == "number" and a.signal == "output_speed_per_user":
+                    value = '{{ $value | printf "%.1f" }}'
+                description = a.description.format(
+                    value=value, threshold=threshold_text, instance="{{ $labels.instance }}"
+                )
+                if a.name not in ("VllmTargetDown", "VllmMetricsAbsent"):
+                    description = f"{labels_text}: {description}"
+                extra = [("severity", severity), ("signal", a.signal)]
+                if self.team:
+                    extra.append(("team", self.team))
+                rules.append(
+                    AlertRule(
+                        name=a.name,
+                        signal=a.signal,
+                        severity=severity,
+                        expr=expr,
+                        for_=a.for_,
+                        summary=a.summary.format(threshold=threshold_text),
+                        description=description,
+                        runbook_url=naming.runbook_url(self.base_url, a.name),
+                        labels=tuple(extra),
+                        threshold_text=threshold_text,
+                        query=series,
+                        panel=panel,
+                    )
+                )
+        return rules

@@ -1,0 +1,82 @@
+"""Resolved facts the planners share: engine version, wire names in the spec's
+dialect, selectors and grouping labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from genobs import naming
+from genobs import promql as q
+from genobs.catalog import Catalog, Version, format_version
+
+
+@dataclass(frozen=True)
+class Context:
+    catalog: Catalog
+    version: Version
+    dialect: str  # colon | underscore
+    selector: tuple[tuple[str, str], ...]
+    models: tuple[str, ...]
+    group: tuple[str, ...]  # labels every recorded series keeps
+    variables: tuple[str, ...]  # the labels the spec groups by: dashboard variables
+    window: str
+    min_request_rate: float
+    features: frozenset[str]
+
+    @property
+    def version_text(self) -> str:
+        return format_version(self.version)
+
+    def has(self, key: str) -> bool:
+        return self.catalog.name(key, self.version) is not None
+
+    def metric(self, key: str, suffix: str = "") -> str:
+        name = self.catalog.name(key, self.version)
+        if name is None:
+            raise KeyError(f"{key} does not exist in {self.catalog.engine} {self.version_text}")
+        name += suffix
+        return name.replace(":", "_") if self.dialect == "underscore" else name
+
+    def is_process(self, key: str) -> bool:
+        return self.catalog.metric(key).process
+
+    # --- label sets -------------------------------------------------------
+    @property
+    def process_group(self) -> tuple[str, ...]:
+        """Process metrics carry no model_name: group them per scrape target instead."""
+        labels = tuple(label for label in self.group if label != "model_name")
+        return labels if "instance" in labels else (*labels, "instance")
+
+    def raw_matchers(self, process: bool = False) -> tuple[q.Matcher, ...]:
+        out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector]
+        if self.models and not process:
+            out.append(("model_name", "=~", q.any_of(self.models)))
+        return tuple(out)
+
+    def recorded_matchers(self, process: bool = False) -> tuple[q.Matcher, ...]:
+        """Matchers that pick this spec's series out of a recorded metric."""
+        kept = self.process_group if process else self.group
+        out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector if k in kept]
+        if self.models and not process and "model_name" in kept:
+            out.append(("model_name", "=~", q.any_of(self.models)))
+        return tuple(out)
+
+    # --- building blocks --------------------------------------------------
+    def raw(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
+        return q.selector(self.metric(key, suffix), self.raw_matchers(self.is_process(key)) + extra)
+
+    def rate(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
+        return q.rate(self.raw(key, suffix, extra), self.window)
+
+    def sum_rate(
+        self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = (), labels: tuple[str, ...] = ()
+    ) -> str:
+        group = self.process_group if self.is_process(key) else self.group
+        return q.sum_by((*group, *labels), self.rate(key, suffix, extra))
+
+    def recorded(self, name: str, extra: tuple[q.Matcher, ...] = (), process: bool = False) -> str:
+        return q.selector(name, self.recorded_matchers(process) + extra)
+
+    def rec(self, subject: str, operation: str) -> str:
+        """Name of a windowed recorded series, e.g. genobs:ttft_seconds:quantile_rate5m."""
+        return naming.record(subject, naming.rate_op(operation, self.window))

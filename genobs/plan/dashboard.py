@@ -1,0 +1,317 @@
+"""Dashboard plan: rows and panels that query recorded series, with units and
+descriptions; per-user panels stand apart from system panels."""
+
+from __future__ import annotations
+
+from genobs import promql as q
+from genobs.plan.context import Context
+from genobs.plan.model import Panel, Row, Target, Variable
+from genobs.plan.recording import QUANTILES, Recorder
+
+
+class PanelMaker:
+    def __init__(self, ctx: Context, rec: Recorder):
+        self.ctx = ctx
+        self.rec = rec
+
+    def sel(self, key: str, extra: tuple = ()) -> str:
+        """Recorded series filtered by the dashboard variables."""
+        process = key.startswith("process")
+        labels = self.ctx.process_group if process else self.ctx.group
+        fixed = dict(self.ctx.selector)
+        matchers = tuple(
+            (label, "=~", f"${label}") if label in self.ctx.variables else (label, "=", fixed[label])
+            for label in labels
+            if label in self.ctx.variables or label in fixed
+        )
+        return q.selector(self.rec.names[key], matchers + extra)
+
+    def legend(self, extra: str = "") -> str:
+        parts = [f"{{{{{label}}}}}" for label in self.ctx.group if label not in dict(self.ctx.selector)]
+        return " ".join(parts + ([extra] if extra else [])) or extra or "value"
+
+    def latency(self, key: str, title: str, description: str, thresholds=()) -> Panel | None:
+        if f"{key}_quantile" not in self.rec.names:
+            return None
+        targets = [
+            Target(self.sel(f"{key}_quantile", (("quantile", "=", f"{quant:g}"),)), self.legend(f"p{quant * 100:g}"))
+            for quant in QUANTILES
+        ]
+        targets.append(Target(self.sel(f"{key}_mean"), self.legend("mean")))
+        return Panel(title, description, "s", tuple(targets), thresholds=thresholds)
+
+    def single(self, key: str, title: str, description: str, unit: str, legend: str = "", **kw) -> Panel:
+        return Panel(title, description, unit, (Target(self.sel(key), self.legend(legend)),), **kw)
+
+
+def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -> tuple[Row, ...]:
+    """`lines`: signal -> ((colour, value), ...) alert thresholds to draw."""
+    p = PanelMaker(ctx, rec)
+    rows: list[Row] = []
+
+    overview = [
+        Panel(
+            "Request throughput vs successes",
+            "Finished requests per second and those that ended with reason stop. A widening gap means GPUs "
+            "spend work that never succeeds (aborts, timeouts, length limits).",
+            "reqps",
+            (
+                Target(p.sel("finished"), p.legend("finished")),
+                Target(p.sel("succeeded"), p.legend("succeeded")),
+                Target(p.sel("unsuccessful"), p.legend("gap")),
+            ),
+        ),
+        p.single(
+            "success_ratio",
+            "Success rate",
+            "Share of finished requests with finished_reason=stop. Healthy >= 99.5 %; sustained < 98 % is an emergency.",
+            "percentunit",
+            "success",
+            thresholds=lines.get("success", ()),
+            max=1,
+        ),
+        Panel(
+            "Finish-reason mix",
+            "Finished requests per second by finished_reason (stop, length, abort, error, repetition).",
+            "reqps",
+            (Target(p.sel("finish_by_reason"), p.legend("{{finished_reason}}")),),
+        ),
+        Panel(
+            "Length and abort finishes",
+            "Share of finished requests that hit the length limit (length) or were aborted (abort).",
+            "percentunit",
+            (Target(p.sel("length_ratio"), p.legend("length")), Target(p.sel("abort_ratio"), p.legend("abort"))),
+            thresholds=lines.get("length_finish", ()),
+        ),
+    ]
+    rows.append(Row("Requests and success", tuple(overview)))
+
+    latency = [
+        p.latency(
+            "ttft",
+            "Time to first token",
+            "TTFT p50/p90/p99 and mean: queueing + prefill of the whole prompt.",
+            lines.get("ttft", ()),
+        ),
+        p.latency(
+            "itl",
+            "Inter-token latency",
+            "Time between consecutive output tokens (decode pace), p50/p90/p99 and mean.",
+            lines.get("itl", ()),
+        ),
+        p.latency(
+            "tpot",
+            "Time per output token",
+            "Per-request mean time per output token after the first, p50/p90/p99 and mean.",
+        ),
+        p.latency("e2e", "End-to-end latency", "Whole-request latency, p50/p90/p99 and mean.", lines.get("e2e", ())),
+        p.latency(
+            "queue_time",
+            "Queue time",
+            "Time in the scheduler queue before prefill starts. Default buckets start at 0.3 s.",
+            lines.get("queue_time", ()),
+        ),
+        Panel(
+            "E2E decomposition",
+            "Measured mean E2E against the model TTFT + (N-1) x TPOT, with the share of queue, prefill and decode "
+            "time. A high prefill share points at long prompts or low compute; a high decode share at long outputs "
+            "or saturated memory bandwidth.",
+            "s",
+            (
+                Target(p.sel("e2e_mean"), p.legend("measured mean")),
+                Target(p.sel("e2e_modelled"), p.legend("TTFT + (N-1) x TPOT")),
+            ),
+        ),
+        Panel(
+            "E2E share: queue, prefill, decode",
+            "Share of mean E2E latency spent queueing, in prefill and in decode.",
+            "percentunit",
+            tuple(
+                Target(p.sel(f"{part}_share"), p.legend(part.split("_")[0]))
+                for part in ("queue_time", "prefill_time", "decode_time")
+            ),
+            max=1,
+        ),
+    ]
+    rows.append(Row("Latency", tuple(x for x in latency if x)))
+
+    rows.append(
+        Row(
+            "Per-user experience (tok/s/user)",
+            (
+                p.single(
+                    "output_speed_per_user",
+                    "Output speed per user (tok/s/user)",
+                    "Output tokens per second ONE request stream receives (1 / mean inter-token latency). "
+                    "Per-user, not system throughput: never compare it with tok/s panels.",
+                    "tok/s/user",
+                    "tok/s/user",
+                    thresholds=lines.get("output_speed_per_user", ()),
+                ),
+                p.single(
+                    "prefill_speed_per_user",
+                    "Prefill speed per user (tok/s/user)",
+                    "Prompt tokens per second of prefill time for ONE request (prompt tokens / prefill time). Per-user.",
+                    "tok/s/user",
+                    "tok/s/user",
+                ),
+            ),
+        )
+    )
+
+    rows.append(
+        Row(
+            "System throughput (tok/s)",
+            (
+                Panel(
+                    "Token throughput (tok/s)",
+                    "Prompt and generation tokens per second summed over every session and data-parallel rank. "
+                    "System throughput, not per-user speed.",
+                    "tok/s",
+                    (
+                        Target(p.sel("prompt_tps"), p.legend("prompt")),
+                        Target(p.sel("generation_tps"), p.legend("generation")),
+                        Target(p.sel("total_tps"), p.legend("total")),
+                    ),
+                ),
+                p.single(
+                    "io_ratio",
+                    "IO ratio (prompt : generation tokens)",
+                    "Prompt tokens per generated token. ~20 = RAG/summarisation (prefill-heavy); low = chat/code (decode-heavy).",
+                    "none",
+                    "prompt/generation",
+                ),
+                Panel(
+                    "Prompt length distribution",
+                    "Requests per second by prompt-length bucket (tokens). Explains TTFT spikes at moderate QPS.",
+                    "short",
+                    (Target(f"sum by (le) ({p.sel('prompt_length_buckets')})", "{{le}}", "heatmap"),),
+                    kind="heatmap",
+                ),
+                Panel(
+                    "Generation length distribution",
+                    "Requests per second by generated-length bucket (tokens).",
+                    "short",
+                    (Target(f"sum by (le) ({p.sel('generation_length_buckets')})", "{{le}}", "heatmap"),),
+                    kind="heatmap",
+                ),
+            ),
+        )
+    )
+
+    engine = [
+        p.single(
+            "kv_cache_usage",
+            "KV cache usage",
+            "Fullest KV-cache pool across data-parallel ranks (1 = full).",
+            "percentunit",
+            "max",
+            thresholds=lines.get("kv_cache", ()),
+            max=1,
+        ),
+        Panel(
+            "Running vs waiting requests",
+            "Requests in the running batch and in the queue. Rising waiting at constant running means the KV pool or max_num_seqs limits, not CPU.",
+            "short",
+            (Target(p.sel("running"), p.legend("running")), Target(p.sel("waiting"), p.legend("waiting"))),
+            thresholds=lines.get("waiting_requests", ()),
+        ),
+        p.single(
+            "preemptions",
+            "Preemptions",
+            "Requests preempted per second to free KV blocks. Anything sustained above 0 wastes GPU time.",
+            "ops",
+            "preemptions/s",
+            thresholds=lines.get("preemptions", ()),
+        ),
+    ]
+    if "prefix_cache_hit_ratio" in rec.names:
+        engine.append(
+            p.single(
+                "prefix_cache_hit_ratio",
+                "Prefix-cache hit rate",
+                "Share of prompt tokens served from the prefix cache (saved prefill).",
+                "percentunit",
+                "hit rate",
+                max=1,
+            )
+        )
+    rows.append(Row("Engine and scheduler", tuple(engine)))
+
+    if "spec_acceptance" in rec.names:
+        panels = [
+            p.single(
+                "spec_acceptance",
+                "Speculative-decoding acceptance rate",
+                "Accepted / proposed draft tokens (alpha). Below ~0.5 drafting can cost more than it saves.",
+                "percentunit",
+                "alpha",
+                thresholds=lines.get("spec_decode_acceptance", ()),
+                max=1,
+            )
+        ]
+        if "spec_acceptance_length" in rec.names:
+            panels.append(
+                p.single(
+                    "spec_acceptance_length",
+                    "Mean acceptance length",
+                    "Tokens emitted per drafting step: 1 + accepted / drafts.",
+                    "short",
+                    "tokens/step",
+                )
+            )
+        rows.append(Row("Speculative decoding", tuple(panels)))
+
+    if "nixl_throughput" in rec.names:
+        rows.append(
+            Row(
+                "Disaggregated prefill (NIXL)",
+                (
+                    p.latency(
+                        "nixl_xfer_time",
+                        "NIXL transfer time",
+                        "KV-cache transfer time per transfer, p50/p90/p99 and mean.",
+                        lines.get("nixl_transfer", ()),
+                    ),
+                    Panel(
+                        "NIXL bytes per second",
+                        "Bytes moved per second of wall time, and per second of transfer time (link throughput).",
+                        "Bps",
+                        (
+                            Target(p.sel("nixl_bytes_rate"), p.legend("bytes/s")),
+                            Target(p.sel("nixl_throughput"), p.legend("per transfer second")),
+                        ),
+                    ),
+                    p.single(
+                        "nixl_failed", "NIXL failed transfers", "Failed KV transfers per second.", "ops", "failed/s"
+                    ),
+                ),
+            )
+        )
+
+    rows.append(
+        Row(
+            "API-server process",
+            (
+                p.single(
+                    "process_rss",
+                    "API-server resident memory",
+                    "RSS of the vLLM API-server process (not engine cores or GPU workers). Absent in multiprocess mode.",
+                    "bytes",
+                    "{{instance}}",
+                ),
+                Panel(
+                    "Python GC collections",
+                    "GC collections per second of the API-server process by generation. Frequent collections cause ITL jitter.",
+                    "ops",
+                    (Target(p.sel("process_gc"), "{{instance}} gen {{generation}}"),),
+                ),
+            ),
+        )
+    )
+    return tuple(rows)
+
+
+def build_variables(ctx: Context, rec: Recorder) -> tuple[Variable, ...]:
+    source = ctx.recorded(rec.names["finished"])
+    return tuple(Variable(label, f"label_values({source}, {label})", label) for label in ctx.variables)

@@ -1,0 +1,131 @@
+"""The Plan: frozen data every renderer takes. Nothing here reads the spec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    record: str
+    expr: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    name: str
+    signal: str
+    severity: str
+    expr: str
+    for_: str
+    summary: str
+    description: str
+    runbook_url: str
+    labels: tuple[tuple[str, str], ...] = ()
+    threshold_text: str = ""
+    query: str = ""  # the series compared against the threshold, for the runbook
+    panel: str = ""  # dashboard panel that shows it
+
+
+@dataclass(frozen=True)
+class RuleGroup:
+    name: str
+    interval: str
+    rules: tuple[RecordingRule | AlertRule, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    expr: str
+    legend: str
+    format: str = "time_series"
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    description: str
+    unit: str
+    targets: tuple[Target, ...]
+    kind: str = "timeseries"  # timeseries | heatmap
+    thresholds: tuple[tuple[str, float], ...] = ()  # (colour, value) lines drawn on the graph
+    width: int = 12
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    panels: tuple[Panel, ...]
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    query: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Severity:
+    severity: str
+    threshold_text: str
+    for_: str
+
+
+@dataclass(frozen=True)
+class RunbookEntry:
+    alert: str
+    anchor: str
+    signal: str
+    title: str
+    meaning: str
+    first_action: str
+    next_checks: tuple[str, ...]
+    severities: tuple[Severity, ...]
+    summary: str
+    query: str
+    panel: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    title: str
+    uid: str
+    folder: str
+    refresh: str
+    tags: tuple[str, ...]
+    variables: tuple[Variable, ...]
+    rows: tuple[Row, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    title: str
+    use_case: str
+    use_case_text: str
+    primary_kpi: str
+    description: str
+    engine: str
+    engine_version: str
+    metric_names: str
+    selector_text: str
+    group_by: tuple[str, ...]
+    groups: tuple[RuleGroup, ...]
+    dashboard: Dashboard
+    runbook: tuple[RunbookEntry, ...]
+    slo_runbook: tuple[dict, ...] = ()
+    unit_tests: tuple[tuple[str, dict], ...] = ()
+    raw_metrics: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def alerts(self) -> tuple[AlertRule, ...]:
+        return tuple(r for g in self.groups for r in g.rules if isinstance(r, AlertRule))
+
+    @property
+    def recording_rules(self) -> tuple[RecordingRule, ...]:
+        return tuple(r for g in self.groups for r in g.rules if isinstance(r, RecordingRule))

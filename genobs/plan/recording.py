@@ -1,0 +1,186 @@
+"""Recording rules: every signal the dashboard and the alerts read, computed once
+per evaluation, aggregated over the engine (data-parallel rank) label."""
+
+from __future__ import annotations
+
+from genobs import naming
+from genobs import promql as q
+from genobs.plan.context import Context
+from genobs.plan.model import RecordingRule
+
+_INSTANT = frozenset({"max", "sum", "bytes"})
+QUANTILES = (0.5, 0.9, 0.99)
+# histogram key -> recorded subject
+LATENCIES = {
+    "ttft": "ttft_seconds",
+    "itl": "itl_seconds",
+    "tpot": "tpot_seconds",
+    "e2e": "e2e_seconds",
+    "queue_time": "queue_time_seconds",
+    "prefill_time": "prefill_time_seconds",
+    "decode_time": "decode_time_seconds",
+    "nixl_xfer_time": "nixl_xfer_time_seconds",
+}
+
+
+class Recorder:
+    """Collects recording rules and remembers the recorded name of each signal."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.rules: list[RecordingRule] = []
+        self.names: dict[str, str] = {}
+
+    def add(self, key: str, subject: str, operation: str, expr: str, labels: tuple = ()) -> str:
+        # instant aggregations of gauges carry no window in their name
+        name = naming.record(subject, operation) if operation in _INSTANT else self.ctx.rec(subject, operation)
+        self.rules.append(RecordingRule(record=name, expr=expr, labels=labels))
+        self.names[key] = name
+        return name
+
+    def ref(self, key: str, extra: tuple = ()) -> str:
+        """Selector for an already recorded series, restricted to this spec."""
+        return self.ctx.recorded(self.names[key], extra, process=key.startswith("process"))
+
+
+def _requests(r: Recorder) -> None:
+    ctx = r.ctx
+    g = ctx.group
+    r.add(
+        "finish_by_reason",
+        "requests_finished_by_reason",
+        "rate",
+        ctx.sum_rate("request_success", labels=("finished_reason",)),
+    )
+    r.add("finished", "requests_finished", "rate", ctx.sum_rate("request_success"))
+    stop = ctx.sum_rate("request_success", extra=(("finished_reason", "=", "stop"),))
+    # V0 creates a finished_reason series only once it is seen: fall back to 0
+    r.add("succeeded", "requests_succeeded", "rate", f"{stop} or ({r.ref('finished')} * 0)")
+    r.add("unsuccessful", "requests_unsuccessful", "rate", f"{r.ref('finished')} - {r.ref('succeeded')}")
+    r.add("success_ratio", "request_success", "ratio", q.ratio(r.ref("succeeded"), r.ref("finished")))
+    for reason, key in (("length", "length_ratio"), ("abort", "abort_ratio")):
+        num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
+        r.add(
+            key, f"request_{reason}_finish", "ratio", q.ratio(f"{num} or ({r.ref('finished')} * 0)", r.ref("finished"))
+        )
+
+
+def _latencies(r: Recorder) -> None:
+    ctx = r.ctx
+    for key, subject in LATENCIES.items():
+        if key == "nixl_xfer_time" and "disaggregated_prefill" not in ctx.features:
+            continue
+        if not ctx.has(key):
+            continue
+        buckets = ctx.rate(key, "_bucket")
+        for quant in QUANTILES:
+            r.rules.append(
+                RecordingRule(
+                    record=ctx.rec(subject, "quantile"),
+                    expr=q.quantile(quant, ctx.group, buckets),
+                    labels=(("quantile", f"{quant:g}"),),
+                )
+            )
+        r.names[f"{key}_quantile"] = ctx.rec(subject, "quantile")
+        r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), ctx.sum_rate(key, "_count")))
+
+
+def _tokens(r: Recorder) -> None:
+    ctx = r.ctx
+    g = ctx.group
+    r.add("prompt_tps", "prompt_tokens", "rate", ctx.sum_rate("prompt_tokens"))
+    r.add("generation_tps", "generation_tokens", "rate", ctx.sum_rate("generation_tokens"))
+    r.add("total_tps", "total_tokens", "rate", f"{r.ref('prompt_tps')} + {r.ref('generation_tps')}")
+    r.add("io_ratio", "prompt_to_generation_tokens", "ratio", q.ratio(r.ref("prompt_tps"), r.ref("generation_tps")))
+    for key, subject in (
+        ("prompt_length", "prompt_tokens_per_request"),
+        ("generation_length", "generation_tokens_per_request"),
+    ):
+        r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
+        r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), ctx.sum_rate(key, "_count")))
+    # per-user speeds: tokens per second one request stream sees (tok/s/user)
+    r.add(
+        "output_speed_per_user",
+        "output_speed_per_user",
+        "tokens_per_second",
+        q.ratio(ctx.sum_rate("itl", "_count"), ctx.sum_rate("itl", "_sum")),
+    )
+    r.add(
+        "prefill_speed_per_user",
+        "prefill_speed_per_user",
+        "tokens_per_second",
+        q.ratio(ctx.sum_rate("prompt_length", "_sum"), ctx.sum_rate("prefill_time", "_sum")),
+    )
+
+
+def _decomposition(r: Recorder) -> None:
+    gen = r.ref("generation_length_mean")
+    r.add(
+        "e2e_modelled",
+        "e2e_seconds",
+        "modelled_mean",
+        f"{r.ref('ttft_mean')} + clamp_min({gen} - 1, 0) * {r.ref('tpot_mean')}",
+    )
+    for part in ("queue_time", "prefill_time", "decode_time"):
+        r.add(f"{part}_share", f"e2e_{part}_share", "ratio", q.ratio(r.ref(f"{part}_mean"), r.ref("e2e_mean")))
+
+
+def _engine(r: Recorder) -> None:
+    ctx = r.ctx
+    g = ctx.group
+    r.add("kv_cache_usage", "kv_cache_usage", "max", q.max_by(g, ctx.raw("kv_cache_usage")))
+    r.add("running", "requests_running", "sum", q.sum_by(g, ctx.raw("requests_running")))
+    r.add("waiting", "requests_waiting", "sum", q.sum_by(g, ctx.raw("requests_waiting")))
+    r.add("preemptions", "preemptions", "rate", ctx.sum_rate("preemptions"))
+    if "prefix_caching" in ctx.features:
+        if ctx.has("prefix_cache_hits"):
+            expr = q.ratio(ctx.sum_rate("prefix_cache_hits"), ctx.sum_rate("prefix_cache_queries"))
+        else:
+            expr = f"avg {q.by(g)} ({ctx.raw('prefix_cache_hit_rate_gauge')})"
+        r.add("prefix_cache_hit_ratio", "prefix_cache_hit", "ratio", expr)
+
+
+def _features(r: Recorder) -> None:
+    ctx = r.ctx
+    g = ctx.group
+    if "speculative_decoding" in ctx.features:
+        if ctx.has("spec_decode_accepted_tokens"):
+            expr = q.ratio(ctx.sum_rate("spec_decode_accepted_tokens"), ctx.sum_rate("spec_decode_draft_tokens"))
+        else:
+            expr = f"avg {q.by(g)} ({ctx.raw('spec_decode_acceptance_gauge')})"
+        r.add("spec_acceptance", "spec_decode_acceptance", "ratio", expr)
+        if ctx.has("spec_decode_drafts"):
+            accepted = ctx.sum_rate("spec_decode_accepted_tokens")
+            r.add(
+                "spec_acceptance_length",
+                "spec_decode_acceptance_length",
+                "mean",
+                f"1 + {q.ratio(accepted, ctx.sum_rate('spec_decode_drafts'))}",
+            )
+    if "disaggregated_prefill" in ctx.features:
+        r.add("nixl_bytes_rate", "nixl_bytes_transferred", "rate", ctx.sum_rate("nixl_bytes", "_sum"))
+        r.add(
+            "nixl_throughput",
+            "nixl_transfer_throughput",
+            "bytes_per_second",
+            q.ratio(r.ref("nixl_bytes_rate"), ctx.sum_rate("nixl_xfer_time", "_sum")),
+        )
+        r.add("nixl_failed", "nixl_failed_transfers", "rate", ctx.sum_rate("nixl_failed_transfers"))
+
+
+def _process(r: Recorder) -> None:
+    ctx = r.ctx
+    r.add("process_rss", "api_server_resident_memory", "bytes", q.max_by(ctx.process_group, ctx.raw("process_rss")))
+    r.add("process_gc", "api_server_gc_collections", "rate", ctx.sum_rate("gc_collections", labels=("generation",)))
+
+
+def build_recording(ctx: Context) -> Recorder:
+    r = Recorder(ctx)
+    _requests(r)
+    _latencies(r)
+    _tokens(r)
+    _decomposition(r)
+    _engine(r)
+    _features(r)
+    _process(r)
+    return r

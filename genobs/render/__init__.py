@@ -1,0 +1,1 @@
+"""`render` stage: Plan -> data (rule dicts, dashboard JSON model, runbook text)."""

@@ -1,0 +1,109 @@
+"""Grafana dashboard built with grafanalib from the Plan's rows and panels."""
+
+from __future__ import annotations
+
+from genobs.plan.model import Dashboard as DashboardPlan
+from genobs.plan.model import Panel
+
+DATASOURCE = "${datasource}"
+
+
+def _panel(panel: Panel, x: int, y: int):
+    import grafanalib.core as g
+
+    targets = [
+        g.Target(
+            expr=t.expr,
+            legendFormat=t.legend,
+            refId=chr(ord("A") + i),
+            format=t.format,
+            datasource=DATASOURCE,
+        )
+        for i, t in enumerate(panel.targets)
+    ]
+    pos = g.GridPos(h=8, w=panel.width, x=x, y=y)
+    if panel.kind == "heatmap":
+        return g.Heatmap(
+            title=panel.title,
+            description=panel.description,
+            dataSource=DATASOURCE,
+            targets=targets,
+            gridPos=pos,
+            dataFormat="tsbuckets",
+            yAxis=g.YAxis(format=panel.unit),
+            tooltip=g.Tooltip(),
+            legend={"show": False},
+        )
+    steps = [{"color": "green", "value": None}]
+    steps += [{"color": colour, "value": value} for colour, value in panel.thresholds]
+    kwargs = {}
+    if panel.min is not None:
+        kwargs["valueMin"] = panel.min
+    if panel.max is not None:
+        kwargs["valueMax"] = panel.max
+    return g.TimeSeries(
+        title=panel.title,
+        description=panel.description,
+        dataSource=DATASOURCE,
+        targets=targets,
+        gridPos=pos,
+        unit=panel.unit,
+        thresholds=steps,
+        thresholdsStyleMode="line" if panel.thresholds else "off",
+        legendDisplayMode="table",
+        legendPlacement="bottom",
+        legendCalcs=["lastNotNull", "max"],
+        **kwargs,
+    )
+
+
+def render_dashboard(plan: DashboardPlan) -> dict:
+    import grafanalib.core as g
+    from grafanalib._gen import DashboardEncoder
+
+    templates = [
+        g.Template(name="datasource", query="prometheus", type="datasource", label="Data source", default="Prometheus"),
+    ]
+    for v in plan.variables:
+        templates.append(
+            g.Template(
+                name=v.name,
+                label=v.label,
+                query=v.query,
+                dataSource=DATASOURCE,
+                includeAll=True,
+                multi=True,
+                allValue=".*",
+                default="$__all",
+                refresh=2,
+                sort=1,
+            )
+        )
+    panels = []
+    y = 0
+    for row in plan.rows:
+        panels.append(g.RowPanel(title=row.title, gridPos=g.GridPos(h=1, w=24, x=0, y=y)))
+        y += 1
+        x = 0
+        for p in row.panels:
+            if x + p.width > 24:
+                x = 0
+                y += 8
+            panels.append(_panel(p, x, y))
+            x += p.width
+        y += 8
+    dashboard = g.Dashboard(
+        title=plan.title,
+        uid=plan.uid,
+        tags=list(plan.tags),
+        refresh=plan.refresh,
+        timezone="browser",
+        time=g.Time("now-6h", "now"),
+        templating=g.Templating(list=templates),
+        panels=panels,
+        editable=False,
+    ).auto_panel_ids()
+    import json
+
+    # the encoder turns grafanalib objects into plain JSON-able data
+    return json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))

@@ -1,0 +1,37 @@
+"""Prometheus rule files as plain dicts, in the order Prometheus documents them."""
+
+from __future__ import annotations
+
+from genobs.plan.model import AlertRule, Plan, RecordingRule, RuleGroup
+
+
+def _rule(rule: RecordingRule | AlertRule) -> dict:
+    if isinstance(rule, RecordingRule):
+        out: dict = {"record": rule.record, "expr": rule.expr}
+        if rule.labels:
+            out["labels"] = dict(rule.labels)
+        return out
+    return {
+        "alert": rule.name,
+        "expr": rule.expr,
+        "for": rule.for_,
+        "labels": dict(rule.labels),
+        "annotations": {
+            "summary": rule.summary,
+            "description": rule.description,
+            "runbook_url": rule.runbook_url,
+        },
+    }
+
+
+def render_group(group: RuleGroup) -> dict:
+    return {"name": group.name, "interval": group.interval, "rules": [_rule(r) for r in group.rules]}
+
+
+def render_rule_files(plan: Plan) -> dict[str, dict]:
+    """file name (under prometheus/) -> rule-file document."""
+    files: dict[str, dict] = {}
+    for group in plan.groups:
+        part = group.name.removeprefix(f"genobs-{plan.name}-")
+        files[f"{part}.rules.yaml"] = {"groups": [render_group(group)]}
+    return files

@@ -1,0 +1,71 @@
+"""Strict parsing of the unit-bearing values SREs write in specs ("1s", "500ms",
+"99.5%", "30d"); used by the spec models during `load`."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
+_PROM_DURATION_RE = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
+_PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*%$")
+
+
+def parse_seconds(value: object) -> float:
+    """'1s' -> 1.0, '500ms' -> 0.5, '2m' -> 120.0. Bare numbers are refused: units are mandatory."""
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ValueError(f"expected a duration with a unit such as 500ms, 1s or 2m, got {value!r}")
+    m = _DURATION_RE.match(value.strip())
+    if not m:
+        raise ValueError(f"{value!r} is not a duration; write e.g. 500ms, 1s, 2.5s or 10m")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+def parse_prom_duration(value: object) -> str:
+    """A Prometheus duration such as '10m' or '1h30m', returned unchanged."""
+    if not isinstance(value, str) or not _PROM_DURATION_RE.match(value.strip()):
+        raise ValueError(f"{value!r} is not a Prometheus duration; write e.g. 5m, 1h or 1h30m")
+    return value.strip()
+
+
+def prom_duration_seconds(value: str) -> float:
+    total = 0.0
+    for num, unit in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", value):
+        total += int(num) * (_DURATION_UNITS.get(unit) or 365 * 86400.0)
+    return total
+
+
+def parse_ratio(value: object) -> float:
+    """'5%' -> 0.05; a bare number must already be a fraction between 0 and 1."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a percentage such as 5% or 99.5%, got {value!r}")
+    if isinstance(value, (int, float)):
+        if 0 <= value <= 1:
+            return float(value)
+        raise ValueError(f"{value!r} is not a fraction between 0 and 1; write percentages with %, e.g. {value}%")
+    if isinstance(value, str):
+        m = _PERCENT_RE.match(value.strip())
+        if m and float(m.group(1)) <= 100:
+            return float(m.group(1)) / 100
+    raise ValueError(f"{value!r} is not a percentage; write e.g. 5% or 99.5%")
+
+
+def parse_number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"expected a non-negative number, got {value!r}")
+    return float(value)
+
+
+def format_seconds(seconds: float) -> str:
+    """Human form used in summaries and the runbook: 0.5 -> '500ms', 2.0 -> '2s'."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
+
+
+def format_percent(ratio: float) -> str:
+    return f"{round(ratio * 100, 6):g}%"

@@ -1,0 +1,129 @@
+"""Behaviour of `genobs build` on the example specs: every output exists, is
+deterministic, matches the committed golden record and passes the real promtool."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from genobs.build import render_spec
+from genobs.catalog import load_catalog, parse_version
+from genobs.cli import main
+from genobs.loader import load_spec
+from genobs.plan import build_plan
+from genobs.promql import metric_names
+from tests.conftest import REPO, SPECS
+
+SPEC_IDS = [p.stem for p in SPECS]
+
+
+def test_every_use_case_example_exists():
+    assert {p.stem for p in SPECS} >= {"chat", "rag", "agentic", "batch", "disaggregated"}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_golden_record(spec: Path):
+    """out/<name>/ is exactly what genobs generates now (refresh with `make golden`)."""
+    out = render_spec(spec)
+    committed = REPO / "out" / out.name
+    on_disk = {str(p.relative_to(committed)) for p in committed.rglob("*") if p.is_file()}
+    assert on_disk == set(out.files), "files differ from the golden record; run `make golden`"
+    for rel, data in out.files.items():
+        assert (committed / rel).read_bytes() == data, f"{rel} is stale; run `make golden`"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_build_is_deterministic(spec: Path):
+    assert render_spec(spec).files == render_spec(spec).files
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_cli_build_writes_every_output_and_promtool_accepts_it(spec: Path, tmp_path: Path, promtool: str):
+    result = CliRunner().invoke(main, ["build", str(spec), "-o", str(tmp_path), "--strict"])
+    assert result.exit_code == 0, result.output
+    name = yaml.safe_load(spec.read_text())["name"]
+    target = tmp_path / name
+    rules = sorted((target / "prometheus").glob("*.rules.yaml"))
+    assert [r.name for r in rules] == ["alerts.rules.yaml", "recording.rules.yaml"]
+    proc = subprocess.run(
+        [promtool, "check", "rules", "--lint=all", "--lint-fatal", *map(str, rules)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dashboard = json.loads(next((target / "grafana").glob("*.json")).read_text())
+    assert dashboard["uid"] == f"genobs-{name}"
+    assert (target / "RUNBOOK.md").read_text().count("\n## ") >= 10
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_every_raw_metric_exists_for_the_engine_version(spec: Path):
+    doc = load_spec(spec)
+    plan = build_plan(doc)
+    catalog = load_catalog()
+    exported = catalog.names_for(parse_version(plan.engine_version)) | {"up"}
+    recorded = {r.record for r in plan.recording_rules}
+    for rule in (*plan.recording_rules, *plan.alerts):
+        for name in metric_names(rule.expr):
+            assert name in exported or name in recorded, f"{name} not exported by vLLM {plan.engine_version}"
+    panel_exprs = [t.expr for row in plan.dashboard.rows for p in row.panels for t in p.targets]
+    for expr in panel_exprs:
+        # panels read recorded series only
+        assert metric_names(expr.replace("$", "")) <= recorded, expr
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_every_alert_has_labels_annotations_and_a_runbook_section(spec: Path):
+    out = render_spec(spec)
+    runbook = out.files["RUNBOOK.md"].decode()
+    anchors = {line[3:].strip().lower() for line in runbook.splitlines() if line.startswith("## ")}
+    alerts = yaml.safe_load(out.files["prometheus/alerts.rules.yaml"])["groups"][0]["rules"]
+    assert alerts
+    for a in alerts:
+        assert a["labels"]["severity"] in {"critical", "warning", "info"}
+        assert a["labels"]["signal"]
+        assert set(a["annotations"]) == {"summary", "description", "runbook_url"}
+        assert "{{ $value" in a["annotations"]["description"] or a["alert"] == "VllmMetricsAbsent"
+        assert a["annotations"]["runbook_url"].split("#")[1] in anchors
+
+
+def test_signal_vocabulary_present_where_it_applies():
+    signals = {}
+    for spec in SPECS:
+        plan = build_plan(load_spec(spec))
+        signals[plan.name] = {a.signal for a in plan.alerts}
+    common = {
+        "ttft",
+        "itl",
+        "e2e",
+        "queue_time",
+        "length_finish",
+        "abort",
+        "success",
+        "kv_cache",
+        "preemptions",
+        "waiting_requests",
+        "rss_growth",
+        "metrics_absent",
+    }
+    for name, found in signals.items():
+        assert common <= found, (name, common - found)
+    assert {"nixl_transfer", "spec_decode_acceptance", "output_speed_per_user"} <= signals["disaggregated"]
+    assert "output_speed_per_user" in signals["chat"]
+    assert "output_speed_per_user" not in signals["rag"]  # disabled in that spec
+
+
+def test_schema_file_is_current():
+    from genobs.spec import json_schema
+
+    committed = json.loads((REPO / "genobs.schema.json").read_text())
+    assert committed == json_schema(), "regenerate with: genobs schema > genobs.schema.json"
+
+
+def test_module_entry_point_runs():
+    proc = subprocess.run([sys.executable, "-m", "genobs", "--version"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0 and "genobs" in proc.stdout
