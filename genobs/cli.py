@@ -3,6 +3,7 @@ failed, 2 the input is wrong."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -10,8 +11,39 @@ import click
 
 from genobs import __version__
 
+# commands that live in heavier modules: name -> (module:attribute, one-line help)
+LAZY_COMMANDS = {
+    "simulate": ("genobs.sim.cli:simulate", "Run a simulated vLLM /metrics exporter (demos and tests)."),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """Imports a command's module only when that command runs, so --help stays fast."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            module, attr = LAZY_COMMANDS[name][0].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in LAZY_COMMANDS:
+                rows.append((name, LAZY_COMMANDS[name][1]))
+            else:
+                cmd = super().get_command(ctx, name)
+                if cmd is not None and not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="genobs")
 def main() -> None:
     """Compile LLM-serving specs into Prometheus rules, Grafana dashboards,

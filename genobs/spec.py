@@ -210,6 +210,11 @@ class Spec(_Model):
     )
     features: Features = Field(default_factory=Features)
     evaluation_interval: PromDuration = Field("30s", description="Rule-group evaluation interval.")
+    rate_window: PromDuration = Field(
+        "5m",
+        description="Window of rate() in recording rules (part of recorded names, e.g. rate5m). Keep at least 4x the "
+        "scrape interval; shorter windows react faster and are noisier (1m suits demos with a 1-2s scrape).",
+    )
     slos: list[SLO] = Field(default_factory=list)
     alerts: Alerts = Field(default_factory=Alerts, description="Per-signal overrides of the preset alerts.")
     runbook: Runbook = Field(default_factory=Runbook)

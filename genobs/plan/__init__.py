@@ -67,7 +67,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         models=tuple(spec.service.models),
         group=tuple(group),
         variables=tuple(spec.service.group_by),
-        window="5m",
+        window=spec.rate_window,
         min_request_rate=spec.service.min_request_rate,
         features=frozenset(features),
     )

@@ -1,0 +1,116 @@
+"""`genobs simulate` / `python -m genobs.sim`: run a simulated vLLM /metrics exporter until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import click
+
+from .scenarios import DESCRIPTIONS, SCENARIOS, parse_model_spec
+from .simulator import DEFAULT_VERSION, Simulator
+
+
+def _models(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    models: dict[str, str] = {}
+    for text in values:
+        try:
+            name, scenario = parse_model_spec(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        if name in models:
+            raise click.BadParameter(f"model {name!r} given twice", ctx=ctx, param=param)
+        models[name] = scenario
+    return models
+
+
+def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    for name in SCENARIOS:
+        click.echo(f"{name:26} {DESCRIPTIONS[name]}")
+    ctx.exit(0)
+
+
+@click.command("simulate")
+@click.option("--port", type=int, default=9400, show_default=True, help="TCP port (0 = any free port).")
+@click.option("--addr", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--version", "vllm_version", default=DEFAULT_VERSION, show_default=True, help="vLLM version to mimic.")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    callback=_models,
+    metavar="NAME=SCENARIO",
+    help="A served model and its scenario (repeatable; default demo-model=healthy).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (traffic is deterministic).")
+@click.option(
+    "--fault-after",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds of healthy traffic before faults start (exporter_down closes 2 s later).",
+)
+@click.option("--request-rate", type=float, default=5.0, show_default=True, help="Mean requests/s per model.")
+@click.option("--data-parallel-size", type=int, default=2, show_default=True, help="Engine ranks per model.")
+@click.option("--spec-decode/--no-spec-decode", default=True, show_default=True, help="Expose spec-decode metrics.")
+@click.option("--nixl/--no-nixl", default=True, show_default=True, help="Expose NIXL (disaggregated prefill) metrics.")
+@click.option(
+    "--list-scenarios",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_list_scenarios,
+    help="List the scenarios and exit.",
+)
+def simulate(
+    port: int,
+    addr: str,
+    vllm_version: str,
+    models: dict[str, str],
+    seed: int,
+    fault_after: float,
+    request_rate: float,
+    data_parallel_size: int,
+    spec_decode: bool,
+    nixl: bool,
+) -> None:
+    """Serve a simulated vLLM /metrics endpoint (one scenario per model).
+
+    exporter_down closes the whole HTTP server, so run it in a simulator process of its own.
+    """
+    try:
+        sim = Simulator(
+            vllm_version,
+            models or None,
+            seed=seed,
+            speculative_decoding=spec_decode,
+            disaggregated_prefill=nixl,
+            fault_after=fault_after,
+            request_rate=request_rate,
+            data_parallel_size=data_parallel_size,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    stop = threading.Event()
+
+    def _handler(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        sim.start(port=port, addr=addr)
+        listing = ", ".join(f"{m}={s}" for m, s in sim.models.items())
+        click.echo(f"serving simulated vLLM {'.'.join(map(str, sim.version))} metrics on {sim.url} ({listing})")
+        sys.stdout.flush()
+        reported = False
+        while not stop.wait(0.2):
+            if sim.down.is_set() and not reported:
+                click.echo("exporter_down: stopped serving /metrics", err=True)
+                reported = True
+    finally:
+        sim.stop()
+        for sig, old in previous.items():
+            signal.signal(sig, old)

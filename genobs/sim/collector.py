@@ -1,0 +1,163 @@
+"""prometheus_client Collector that turns the simulated fleet into the catalog's vLLM metric families."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
+
+from genobs.catalog import Catalog, MetricDef, Version
+
+from .traffic import GC_GENERATIONS, Fleet, SeriesState
+
+#: Catalog keys of the optional families (registered by vLLM only with the matching config).
+SPEC_DECODE_PREFIX = "spec_decode_"
+NIXL_PREFIX = "nixl_"
+#: First release whose default engine (V1) exposes `<name>_created` samples; the V0 engine
+#: called prometheus_client.disable_created_metrics() (see vllm_metrics.md, wire-name rules).
+CREATED_SINCE: Version = (0, 8, 0)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family the simulator exposes for the chosen version."""
+
+    key: str
+    wire: str
+    metric: MetricDef
+
+
+def plan_families(
+    catalog: Catalog, version: Version, *, speculative_decoding: bool, disaggregated_prefill: bool
+) -> list[Family]:
+    """Catalog metrics that exist for `version` and are switched on, one per wire name.
+
+    Before 0.10.2 the catalog maps both `itl` and `tpot` to the same wire histogram; the first
+    key in catalog order (`itl`, per-token latency, which is what vLLM recorded there) wins.
+    """
+    out: list[Family] = []
+    seen: set[str] = set()
+    for key, m in catalog.metrics.items():
+        wire = m.name_for(version)
+        if wire is None or wire in seen:
+            continue
+        if key.startswith(SPEC_DECODE_PREFIX) and not speculative_decoding:
+            continue
+        if key.startswith(NIXL_PREFIX) and not disaggregated_prefill:
+            continue
+        seen.add(wire)
+        out.append(Family(key, wire, m))
+    return out
+
+
+class FleetCollector:
+    """Custom Collector: advances the fleet to the clock, then renders every planned family."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        families: list[Family],
+        *,
+        version: Version,
+        engine_label: bool,
+        elapsed: Callable[[], float],
+        created_at: float | None = None,
+    ):
+        self.fleet = fleet
+        self.families = families
+        self.version = version
+        self.engine_label = engine_label
+        self.elapsed = elapsed
+        self.created = version >= CREATED_SINCE
+        self.created_at = time.time() if created_at is None else created_at
+        self.reasons = fleet.reasons
+
+    def describe(self) -> list[Metric]:
+        """Empty families, so the registry knows the names (`/metrics?name[]=...` filtering works)."""
+        out = []
+        for f in self.families:
+            name = f.wire.removesuffix("_total") if f.metric.type == "counter" else f.wire
+            out.append(Metric(name, f.metric.help, f.metric.type))
+        return out
+
+    def collect(self) -> Iterator[Metric]:
+        with self.fleet.lock:
+            self.fleet.advance(self.elapsed())
+            families = [self._family(f) for f in self.families]
+        yield from families
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _extra_values(self, label: str) -> tuple[str, ...]:
+        if label == "finished_reason":
+            return self.reasons
+        if label == "generation":
+            return GC_GENERATIONS
+        raise ValueError(f"simulator does not know the values of catalog label {label!r}")
+
+    def _series_labels(self, s: SeriesState) -> list[str]:
+        return [s.model, s.rank] if self.engine_label else [s.model]
+
+    def _family(self, f: Family) -> Metric:
+        m = f.metric
+        if len(m.labels) > 1:
+            raise ValueError(f"simulator supports at most one extra label, {f.key} has {m.labels}")
+        extra = m.labels[0] if m.labels else None
+        if m.process:
+            return self._process_family(f, extra)
+        names = ["model_name", "engine"] if self.engine_label else ["model_name"]
+        names += list(m.labels)
+        if extra and m.type != "counter":
+            raise ValueError(f"simulator supports extra labels on counters only, not on {f.key}")
+        extra_values = self._extra_values(extra) if extra else ("",)
+        if m.type == "counter":
+            fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
+            for s in self.fleet.series:
+                for v in extra_values:
+                    labels = self._series_labels(s) + ([v] if extra else [])
+                    created = self.created_at if self.created else None
+                    fam.add_metric(labels, s.counter(f.key, v), created=created)
+            return fam
+        if m.type == "gauge":
+            fam = GaugeMetricFamily(f.wire, m.help, labels=names)
+            for s in self.fleet.series:
+                fam.add_metric(self._series_labels(s), s.gauges.get(f.key, 0.0))
+            return fam
+        if m.type == "histogram":
+            fam = HistogramMetricFamily(f.wire, m.help, labels=names)
+            for s in self.fleet.series:
+                labels = self._series_labels(s)
+                h = s.hists.get(f.key)
+                if h is None:  # a key the traffic model does not feed: an empty histogram
+                    buckets = [(b, 0.0) for b in (*m.buckets_for(self.version), math.inf)]
+                    total = 0.0
+                else:
+                    buckets, total = h.cumulative(), h.sum
+                fam.add_metric(labels, [(floatToGoString(le), c) for le, c in buckets], total)
+                if self.created:
+                    fam.samples.append(Sample(f.wire + "_created", dict(zip(names, labels)), self.created_at))
+            return fam
+        raise ValueError(f"simulator cannot expose metric type {m.type!r} ({f.key})")
+
+    def _process_family(self, f: Family, extra: str | None) -> Metric:
+        m, proc = f.metric, self.fleet.process
+        names = [extra] if extra else []
+        if m.type == "gauge" and f.key == "process_rss":
+            fam = GaugeMetricFamily(f.wire, m.help, labels=names)
+            fam.add_metric([], proc.rss)
+            return fam
+        if m.type == "counter" and extra == "generation":
+            fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
+            for i, gen in enumerate(GC_GENERATIONS):
+                fam.add_metric([gen], proc.gc[i])
+            return fam
+        if m.type in ("gauge", "counter") and not extra:
+            cls = GaugeMetricFamily if m.type == "gauge" else CounterMetricFamily
+            fam = cls(f.wire.removesuffix("_total") if m.type == "counter" else f.wire, m.help, labels=[])
+            fam.add_metric([], 0.0)
+            return fam
+        raise ValueError(f"simulator cannot expose process metric {f.key} ({m.type}, labels {m.labels})")

@@ -1,0 +1,176 @@
+"""The Simulator: a fake vLLM /metrics exporter served by prometheus_client (Python API for tests and CLI)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+
+from genobs.catalog import Version, format_version, load_catalog, parse_version
+
+from .collector import FleetCollector, plan_families
+from .scenarios import DESCRIPTIONS, NEEDS_NIXL, NEEDS_SPEC_DECODE, SCENARIOS
+from .traffic import Fleet
+
+DEFAULT_VERSION = "0.33.0"
+DEFAULT_MODELS = {"demo-model": "healthy"}
+#: exporter_down: seconds of normal service after --fault-after before the server closes.
+EXPORTER_DOWN_DELAY = 2.0
+
+
+class Simulator:
+    """A simulated vLLM exporter for one vLLM version and a set of models, one scenario each.
+
+    Traffic is a deterministic function of `seed` and the elapsed time of `clock` (seconds,
+    default time.monotonic, read relative to construction); pass your own callable to drive
+    simulated time from a test. Faults start `fault_after` seconds in. `exporter_down`
+    takes the whole HTTP server down, so give it a Simulator (or process) of its own.
+    """
+
+    def __init__(
+        self,
+        version: str | Version = DEFAULT_VERSION,
+        models: Mapping[str, str] | None = None,
+        *,
+        seed: int = 0,
+        speculative_decoding: bool = True,
+        disaggregated_prefill: bool = True,
+        fault_after: float = 0.0,
+        request_rate: float = 5.0,
+        data_parallel_size: int = 2,
+        clock: Callable[[], float] | None = None,
+        exporter_down_delay: float = EXPORTER_DOWN_DELAY,
+    ):
+        catalog = load_catalog()
+        v = parse_version(version) if isinstance(version, str) else tuple(version)
+        if not catalog.min_version <= v <= catalog.max_version:
+            raise ValueError(
+                f"vLLM {format_version(v)} is outside the catalog's range "
+                f"{format_version(catalog.min_version)}-{format_version(catalog.max_version)}"
+            )
+        self.models = dict(DEFAULT_MODELS if models is None else models)
+        if not self.models:
+            raise ValueError("at least one model is needed")
+        for name, scenario in self.models.items():
+            if scenario not in DESCRIPTIONS:
+                raise ValueError(f"model {name!r}: unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+            if scenario in NEEDS_SPEC_DECODE and not speculative_decoding:
+                raise ValueError(f"model {name!r}: {scenario} needs speculative decoding on")
+            if scenario in NEEDS_NIXL and not disaggregated_prefill:
+                raise ValueError(f"model {name!r}: {scenario} needs disaggregated prefill (NIXL) on")
+        if data_parallel_size < 1 or request_rate < 0 or fault_after < 0:
+            raise ValueError("data_parallel_size >= 1, request_rate >= 0 and fault_after >= 0 are required")
+        self.catalog = catalog
+        self.version: Version = v
+        self.seed = seed
+        self.speculative_decoding = speculative_decoding
+        self.disaggregated_prefill = disaggregated_prefill
+        self.fault_after = float(fault_after)
+        self.exporter_down_delay = float(exporter_down_delay)
+        self._clock = clock or time.monotonic
+        self._t0 = self._clock()
+
+        self.engine_label = v >= catalog.engine_label_since
+        ranks: tuple[str | None, ...] = (
+            tuple(str(i) for i in range(data_parallel_size)) if self.engine_label else (None,)
+        )
+        self.families = plan_families(
+            catalog, v, speculative_decoding=speculative_decoding, disaggregated_prefill=disaggregated_prefill
+        )
+        hist_buckets = {
+            f.key: f.metric.buckets_for(v)
+            for f in self.families
+            if f.metric.type == "histogram" and not f.metric.process
+        }
+        self.fleet = Fleet(
+            self.models,
+            ranks,
+            hist_buckets,
+            catalog.reasons_for(v),
+            seed=seed,
+            request_rate=request_rate,
+            fault_after=fault_after,
+        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(
+            FleetCollector(self.fleet, self.families, version=v, engine_label=self.engine_label, elapsed=self.elapsed)
+        )
+        self.down = threading.Event()  # set once exporter_down has closed the server
+        self._httpd = None
+        self._http_thread: threading.Thread | None = None
+        self._ticker: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._addr = "127.0.0.1"
+        self.port: int | None = None
+
+    # -- time and rendering ----------------------------------------------------------------
+    def elapsed(self) -> float:
+        """Simulated seconds since construction."""
+        return max(0.0, self._clock() - self._t0)
+
+    def render(self) -> bytes:
+        """The exposition in Prometheus text format 0.0.4 (what a plain GET returns)."""
+        return generate_latest(self.registry)
+
+    @property
+    def wire_names(self) -> dict[str, str]:
+        """Catalog key -> wire name of every family this simulator exposes."""
+        return {f.key: f.wire for f in self.families}
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("simulator not started")
+        return f"http://{self._addr}:{self.port}/metrics"
+
+    @property
+    def serving(self) -> bool:
+        return self._httpd is not None
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    def start(self, port: int = 0, addr: str = "127.0.0.1") -> int:
+        """Serve /metrics with prometheus_client's own WSGI server; returns the bound port."""
+        if self._httpd is not None:
+            raise RuntimeError("simulator already started")
+        httpd, thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._httpd, self._http_thread = httpd, thread
+        self._addr, self.port = addr, httpd.server_address[1]
+        self._stopping.clear()
+        self._ticker = threading.Thread(target=self._tick_loop, name="genobs-sim-ticker", daemon=True)
+        self._ticker.start()
+        return self.port
+
+    def stop(self) -> None:
+        """Stop the ticker and the HTTP server (idempotent)."""
+        self._stopping.set()
+        if self._ticker is not None and self._ticker is not threading.current_thread():
+            self._ticker.join(timeout=5)
+        self._ticker = None
+        self._close_http()
+
+    def __enter__(self) -> Simulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _close_http(self) -> None:
+        httpd, thread = self._httpd, self._http_thread
+        self._httpd = self._http_thread = None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def _tick_loop(self) -> None:
+        """Keep the state fresh between scrapes and carry out exporter_down."""
+        goes_down = "exporter_down" in self.models.values()
+        while not self._stopping.wait(0.1):
+            elapsed = self.elapsed()
+            self.fleet.advance(elapsed)
+            if goes_down and elapsed >= self.fault_after + self.exporter_down_delay and self._httpd is not None:
+                self._close_http()
+                self.down.set()
