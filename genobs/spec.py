@@ -146,6 +146,13 @@ class Alerts(_Model):
     metrics_absent: AlertOverride | None = None
 
 
+class BurnRate(_Model):
+    severity: Literal["critical", "warning", "info"] = Field(description="critical pages (fast burn); warning tickets.")
+    long: PromDuration = Field(description="Long window, e.g. 1h.")
+    short: PromDuration = Field(description="Short window, e.g. 5m.")
+    factor: float = Field(gt=0, description="Burn-rate factor both windows must exceed, e.g. 14.4.")
+
+
 class SLO(_Model):
     name: Annotated[str, AfterValidator(_safe_value)] = Field(description="SLO name, e.g. first-token.")
     sli: Literal["ttft", "itl", "tpot", "e2e", "queue_time", "success"] = Field(
@@ -162,6 +169,11 @@ class SLO(_Model):
     buckets: list[float] | None = Field(
         None,
         description="Histogram buckets the engine was started with (--custom-histogram-buckets), if not the default.",
+    )
+    burn_rates: list[BurnRate] | None = Field(
+        None,
+        description="Replaces the SRE-workbook burn-rate table "
+        "(page 14.4x over 1h and 5m, 6x over 6h and 30m; ticket 3x over 1d and 2h, 1x over 3d and 6h).",
     )
 
     @field_validator("objective")

@@ -8,6 +8,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument
+from genobs.plan import slo
 from genobs.plan.alerts import AlertBuilder, format_threshold, preset_data, resolve, signal_data
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables
@@ -148,17 +149,23 @@ def build_plan(doc: SpecDocument) -> Plan:
         for signal, value in spec.alerts
         if value is not None
     }
-    resolved = resolve(spec.use_case, overrides, lambda path, msg: problems.append(doc.problem(path, msg)))
+    report = lambda path, msg: problems.append(doc.problem(path, msg))  # noqa: E731
+    resolved = resolve(spec.use_case, overrides, report)
+    if ctx is not None:
+        slo.validate(doc, ctx, report)
     if problems or ctx is None:
-        raise SpecError(problems)
+        raise SpecError(sorted(problems, key=lambda p: (p.file, p.line or 0, p.column or 0)))
 
     rec = build_recording(ctx)
     base_url = spec.runbook.base_url or "RUNBOOK.md"
     alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(resolved)
+    slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names["finished"])
     groups = (
         RuleGroup(naming.group(spec.name, "recording"), spec.evaluation_interval, tuple(rec.rules)),
         RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),
     )
+    if slos.rules:
+        groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
     _check_expressions(groups, ctx)
     preset = preset_data()[spec.use_case]
     title = spec.dashboard.title or f"vLLM - {spec.name}"
@@ -169,7 +176,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         refresh=spec.dashboard.refresh,
         tags=("genobs", "vllm", spec.use_case),
         variables=build_variables(ctx, rec),
-        rows=build_dashboard_rows(ctx, rec, _lines(alerts)),
+        rows=slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)),
     )
     raw = set()
     for g in groups:
@@ -190,6 +197,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         groups=groups,
         dashboard=dashboard,
         runbook=_runbook(alerts),
+        slo_runbook=slos.runbook,
         raw_metrics=frozenset(n for n in raw if not n.startswith(naming.PREFIX + ":")),
     )
 

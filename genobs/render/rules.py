@@ -11,10 +11,10 @@ def _rule(rule: RecordingRule | AlertRule) -> dict:
         if rule.labels:
             out["labels"] = dict(rule.labels)
         return out
-    return {
-        "alert": rule.name,
-        "expr": rule.expr,
-        "for": rule.for_,
+    out = {"alert": rule.name, "expr": rule.expr}
+    if rule.for_:
+        out["for"] = rule.for_
+    return out | {
         "labels": dict(rule.labels),
         "annotations": {
             "summary": rule.summary,

@@ -1,0 +1,277 @@
+"""SLO planning: SLI recording rules per window, error budget, burn rates and
+multi-window multi-burn-rate alerts (burn-rate table as data)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+
+import yaml
+
+from genobs import naming
+from genobs import promql as q
+from genobs.plan.context import Context
+from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, Target
+from genobs.units import format_percent, parse_ratio, parse_seconds, prom_duration_seconds
+
+# SLI -> (histogram key, signal label, wording)
+LATENCY_SLIS = {
+    "ttft": ("ttft", "ttft", "get their first token within"),
+    "itl": ("itl", "itl", "see inter-token gaps within"),
+    "tpot": ("tpot", "itl", "get a time per output token within"),
+    "e2e": ("e2e", "e2e", "complete within"),
+    "queue_time": ("queue_time", "queue_time", "wait in the queue at most"),
+}
+DEFAULT_BAD_REASONS = ("abort", "error")
+SPEED_TEXT = {
+    "fast": (
+        "The error budget burns fast: at this pace the whole budget of the period is gone in hours to days. "
+        "Users are being hurt now.",
+        "Treat as an incident: find what changed (deploy, traffic shift, node loss) and roll back or shed load; "
+        "then follow the runbook section of the signal's own alert.",
+    ),
+    "slow": (
+        "The error budget burns slowly but steadily: the SLO will be missed this period if nothing changes.",
+        "Open a ticket: compare the SLI over the last days with the dashboard's latency and finish-reason panels, "
+        "and plan capacity or configuration work before the budget runs out.",
+    ),
+}
+
+
+@functools.cache
+def burn_table() -> dict:
+    return yaml.safe_load(resources.files("genobs.data").joinpath("burn_rates.yaml").read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class SloPlan:
+    rules: tuple[RecordingRule | AlertRule, ...]
+    rows: tuple[Row, ...]
+    runbook: tuple[dict, ...]
+
+
+def _nearest(bounds: tuple[float, ...], value: float) -> str:
+    below = [b for b in bounds if b < value][-2:]
+    above = [b for b in bounds if b > value][:2]
+    return ", ".join(f"{b:g}s" for b in (*below, *above))
+
+
+def validate(doc, ctx: Context, report) -> None:
+    """Check each SLO against the engine version; report(path, message)."""
+    seen: set[str] = set()
+    for i, slo in enumerate(doc.spec.slos):
+        path = ("slos", i)
+        if slo.name in seen:
+            report((*path, "name"), f"SLO name {slo.name!r} is used twice")
+        seen.add(slo.name)
+        if slo.sli == "success":
+            if slo.threshold is not None:
+                report((*path, "threshold"), "the success SLI has no threshold; it counts finish reasons")
+            available = ctx.catalog.reasons_for(ctx.version)
+            for j, reason in enumerate(slo.bad_reasons or ()):
+                if reason not in available:
+                    report(
+                        (*path, "bad_reasons", j),
+                        f"finished_reason {reason!r} does not exist in vLLM {ctx.version_text} (it has: {', '.join(available)})",
+                    )
+            continue
+        if slo.bad_reasons is not None:
+            report((*path, "bad_reasons"), "bad_reasons applies only to sli: success")
+        if slo.threshold is None:
+            report((*path, "threshold"), f"a {slo.sli} SLO needs a threshold, e.g. threshold: 1s")
+            continue
+        key = LATENCY_SLIS[slo.sli][0]
+        if slo.buckets is not None and ctx.version < ctx.catalog.custom_buckets_since:
+            report((*path, "buckets"), "custom histogram buckets need vLLM >= 0.32.0 (--custom-histogram-buckets)")
+            continue
+        bounds = tuple(slo.buckets) if slo.buckets else ctx.catalog.metric(key).buckets_for(ctx.version)
+        value = parse_seconds(slo.threshold)
+        if not any(abs(b - value) < 1e-9 for b in bounds):
+            report(
+                (*path, "threshold"),
+                f"{slo.threshold} is not a bucket boundary of {ctx.metric(key)} in vLLM {ctx.version_text}; "
+                f"nearest boundaries: {_nearest(bounds, value)}",
+            )
+        for j, row in enumerate(slo.burn_rates or ()):
+            if prom_duration_seconds(row.short) >= prom_duration_seconds(row.long):
+                report((*path, "burn_rates", j), "the short window must be shorter than the long window")
+
+
+def _rows(slo) -> list[dict]:
+    if slo.burn_rates:
+        return [r.model_dump() for r in slo.burn_rates]
+    return [{k: v for k, v in row.items() if k != "speed"} for row in burn_table()["alerts"]]
+
+
+def _windows(slo) -> list[str]:
+    found = set(burn_table()["windows"]) if not slo.burn_rates else set()
+    for row in _rows(slo):
+        found |= {row["long"], row["short"]}
+    return sorted(found, key=prom_duration_seconds)
+
+
+def build_slos(doc, ctx: Context, base_url: str, team: str | None, finished_ref: str) -> SloPlan:
+    rules: list[RecordingRule | AlertRule] = []
+    rows: list[Row] = []
+    runbook: list[dict] = []
+    g = ctx.group
+    labels_text = ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in g)
+    for slo in doc.spec.slos:
+        objective = parse_ratio(slo.objective)
+        budget = 1 - objective
+        tag = (("slo", slo.name),)
+        sel = (("slo", "=", slo.name),)
+        if slo.sli == "success":
+            signal = "success"
+            bad = slo.bad_reasons or [r for r in DEFAULT_BAD_REASONS if r in ctx.catalog.reasons_for(ctx.version)]
+            wording = f"{format_percent(objective)} of requests finish with reason stop (bad: {', '.join(bad)})"
+
+            def totals(w: str) -> str:
+                return q.sum_by(g, q.rate(ctx.raw("request_success"), w))
+
+            def errors(w: str, bad=tuple(bad)) -> str:
+                sel_bad = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(bad)),))
+                # V0 creates a finished_reason series only once seen: absent means 0
+                return f"({q.sum_by(g, q.rate(sel_bad, w))} or {q.sum_by(g, q.rate(ctx.raw('request_success'), w))} * 0)"
+
+        else:
+            key, signal, verb = LATENCY_SLIS[slo.sli]
+            bound = parse_seconds(slo.threshold)
+            wording = f"{format_percent(objective)} of requests {verb} {slo.threshold}"
+
+            def totals(w: str, key=key) -> str:
+                return q.sum_by(g, q.rate(ctx.raw(key, "_count"), w))
+
+            def errors(w: str, key=key, bound=bound) -> str:
+                good = q.sum_by(g, q.rate(ctx.raw(key, "_bucket", (q.le_matcher(bound),)), w))
+                return f"({totals(w)} - {good})"
+
+        windows = _windows(slo)
+        for w in windows:
+            rules.append(RecordingRule(naming.record("slo_requests", f"rate{w}"), totals(w), tag))
+            rules.append(RecordingRule(naming.record("slo_errors", f"rate{w}"), errors(w), tag))
+            ratio = q.ratio(
+                ctx.recorded(naming.record("slo_errors", f"rate{w}"), sel),
+                ctx.recorded(naming.record("slo_requests", f"rate{w}"), sel),
+            )
+            rules.append(RecordingRule(naming.record("slo_error", f"ratio_rate{w}"), ratio, tag))
+            burn = f"{ctx.recorded(naming.record('slo_error', f'ratio_rate{w}'), sel)} / {budget:g}"
+            rules.append(RecordingRule(naming.record("slo_burn_rate", f"rate{w}"), burn, tag))
+        base = windows[0]
+        period_ratio = q.ratio(
+            f"sum_over_time({ctx.recorded(naming.record('slo_errors', f'rate{base}'), sel)}[{slo.period}])",
+            f"sum_over_time({ctx.recorded(naming.record('slo_requests', f'rate{base}'), sel)}[{slo.period}])",
+        )
+        rules.append(RecordingRule(naming.record("slo_error", f"ratio_{slo.period}"), period_ratio, tag))
+        remaining = f"1 - {ctx.recorded(naming.record('slo_error', f'ratio_{slo.period}'), sel)} / {budget:g}"
+        rules.append(RecordingRule(naming.record("slo_error_budget", f"remaining_{slo.period}"), remaining, tag))
+
+        by_severity: dict[str, list[dict]] = {}
+        for row in _rows(slo):
+            by_severity.setdefault(row["severity"], []).append(row)
+        for severity, pairs in by_severity.items():
+            speed = "fast" if severity == "critical" else "slow"
+            name = naming.slo_alert(slo.name, speed)
+            parts = []
+            for row in pairs:
+                f = f"{row['factor']:g}"
+                long_ = ctx.recorded(naming.record("slo_burn_rate", f"rate{row['long']}"), sel)
+                short = ctx.recorded(naming.record("slo_burn_rate", f"rate{row['short']}"), sel)
+                gate = ctx.recorded(naming.record("slo_requests", f"rate{row['long']}"), sel)
+                parts.append(
+                    f"({long_} > {f} and {q.on((*g, 'slo'))} {short} > {f} "
+                    f"and {q.on((*g, 'slo'))} {gate} >= {ctx.min_request_rate:g})"
+                )
+            windows_text = "; ".join(f"{r['factor']:g}x over {r['long']} and {r['short']}" for r in pairs)
+            extra = [("severity", severity), ("signal", signal), ("slo", slo.name)]
+            if team:
+                extra.append(("team", team))
+            rules.append(
+                AlertRule(
+                    name=name,
+                    signal=signal,
+                    severity=severity,
+                    expr=" or ".join(parts),
+                    for_="",
+                    summary=f"SLO {slo.name}: error budget burning {speed}",
+                    description=f"{labels_text}: the error budget of SLO {slo.name} ({wording} over {slo.period}) "
+                    f"burns faster than {windows_text}.",
+                    runbook_url=naming.runbook_url(base_url, name),
+                    labels=tuple(extra),
+                    threshold_text=windows_text,
+                    query=ctx.recorded(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}"), sel),
+                    panel=f"SLO {slo.name}",
+                )
+            )
+            meaning, action = SPEED_TEXT[speed]
+            runbook.append(
+                {
+                    "alert": name,
+                    "anchor": naming.anchor(name),
+                    "signal": signal,
+                    "slo": slo.name,
+                    "title": f"SLO {slo.name}: {'fast' if speed == 'fast' else 'slow'} burn",
+                    "objective_text": f"{wording} over {slo.period}",
+                    "severity_text": f"{severity}: {windows_text}",
+                    "meaning": meaning,
+                    "first_action": action,
+                    "next_checks": [
+                        f"Error budget remaining over {slo.period} on the SLO row.",
+                        f"The `{signal}` panels and alerts: which part of the service degrades.",
+                    ],
+                    "query": ctx.recorded(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}"), sel),
+                    "panel": f"SLO {slo.name}",
+                }
+            )
+        rows.append(_slo_row(ctx, slo, objective, windows, _rows(slo)))
+    return SloPlan(tuple(rules), tuple(rows), tuple(runbook))
+
+
+def _slo_row(ctx: Context, slo, objective: float, windows: list[str], table: list[dict]) -> Row:
+    fixed = dict(ctx.selector)
+    matchers = tuple(
+        (label, "=~", f"${label}") if label in ctx.variables else (label, "=", fixed[label])
+        for label in ctx.group
+        if label in ctx.variables or label in fixed
+    ) + (("slo", "=", slo.name),)
+    legend = " ".join(f"{{{{{label}}}}}" for label in ctx.variables)
+
+    def s(name: str) -> str:
+        return q.selector(name, matchers)
+
+    sli_targets = tuple(
+        Target(f"1 - {s(naming.record('slo_error', f'ratio_rate{w}'))}", f"{legend} SLI {w}".strip())
+        for w in (windows[0], "1h")
+        if w in windows
+    )
+    colours = {"critical": "red", "warning": "orange", "info": "blue"}
+    return Row(
+        f"SLO {slo.name}",
+        (
+            Panel(
+                f"SLO {slo.name}: SLI vs objective",
+                f"Share of good events ({slo.sli}) against the objective {format_percent(objective)}.",
+                "percentunit",
+                sli_targets,
+                thresholds=(("red", objective),),
+                width=8,
+            ),
+            Panel(
+                f"SLO {slo.name}: error budget remaining ({slo.period})",
+                "Share of the period's error budget still unspent (1 = untouched, 0 = exhausted, below 0 = SLO missed).",
+                "percentunit",
+                (Target(s(naming.record("slo_error_budget", f"remaining_{slo.period}")), legend or "remaining"),),
+                thresholds=(("red", 0.0),),
+                width=8,
+            ),
+            Panel(
+                f"SLO {slo.name}: burn rate per window",
+                "Error-budget burn rate per window (1 = exactly the sustainable rate). Lines: alert factors.",
+                "none",
+                tuple(Target(s(naming.record("slo_burn_rate", f"rate{w}")), f"{legend} {w}".strip()) for w in windows),
+                thresholds=tuple(sorted({(colours[r["severity"]], float(r["factor"])) for r in table}, key=lambda x: x[1])),
+                width=8,
+            ),
+        ),
+    )
