@@ -38,3 +38,14 @@ def test_missing_file_exit_2(tmp_path: Path):
     result = CliRunner().invoke(main, ["build", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2
     assert "no such file" in result.output
+
+
+def test_without_promtool_build_warns_and_strict_fails(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no promtool here
+    spec = str(REPO / "specs" / "chat.yaml")
+    result = CliRunner().invoke(main, ["build", spec, "-o", str(tmp_path / "a")])
+    assert result.exit_code == 0
+    assert "warning: promtool not found on PATH" in result.output
+    result = CliRunner().invoke(main, ["build", spec, "-o", str(tmp_path / "b"), "--strict"])
+    assert result.exit_code == 1
+    assert "error: promtool not found on PATH" in result.output

@@ -3,6 +3,8 @@ that the engine version supports what the spec asks for."""
 
 from __future__ import annotations
 
+import re
+
 from genobs import naming
 from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
@@ -140,6 +142,17 @@ def _check_expressions(plan_groups: tuple[RuleGroup, ...], ctx: Context) -> None
                     raise AssertionError(f"{name} in {rule.expr} is not exported by vLLM {ctx.version_text}")
 
 
+def _check_panels(rows, recorded: set[str]) -> None:
+    """Every panel query parses (variables filled in) and reads recorded series only."""
+    for row in rows:
+        for panel in row.panels:
+            for target in panel.targets:
+                names = q.metric_names(re.sub(r"\$(\w+)", "x", target.expr))
+                unknown = names - recorded
+                if unknown:
+                    raise AssertionError(f"panel {panel.title!r} reads {sorted(unknown)}, not recorded series")
+
+
 def build_plan(doc: SpecDocument) -> Plan:
     spec = doc.spec
     problems: list[Problem] = []
@@ -178,6 +191,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         variables=build_variables(ctx, rec),
         rows=slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)),
     )
+    _check_panels(dashboard.rows, {r.record for g in groups for r in g.rules if hasattr(r, "record")})
     raw = set()
     for g in groups:
         for rule in g.rules:

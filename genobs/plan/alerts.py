@@ -181,7 +181,7 @@ class AlertBuilder:
             return f"{series} {op} {t}", series, "API-server resident memory"
         if a.name == "VllmTargetDown":
             series = q.selector("up", ctx.raw_matchers(process=True))
-            return f"{series} == 0", series, "API-server resident memory"
+            return f"{series} == 0", series, "Scrape targets up"
         if a.name == "VllmMetricsAbsent":
             series = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
             return f"absent({series})", series, "Running vs waiting requests"

@@ -301,6 +301,15 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
                     "{{instance}}",
                 ),
                 Panel(
+                    "Scrape targets up",
+                    "Targets matching the selector that Prometheus scraped successfully, against all targets.",
+                    "short",
+                    (
+                        Target(p.sel("process_targets_up"), "up"),
+                        Target(p.sel("process_targets"), "targets"),
+                    ),
+                ),
+                Panel(
                     "Python GC collections",
                     "GC collections per second of the API-server process by generation. Frequent collections cause ITL jitter.",
                     "ops",

@@ -8,7 +8,7 @@ from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.model import RecordingRule
 
-_INSTANT = frozenset({"max", "sum", "bytes"})
+_INSTANT = frozenset({"max", "sum", "count", "bytes"})
 QUANTILES = (0.5, 0.9, 0.99)
 # histogram key -> recorded subject
 LATENCIES = {
@@ -172,6 +172,10 @@ def _process(r: Recorder) -> None:
     ctx = r.ctx
     r.add("process_rss", "api_server_resident_memory", "bytes", q.max_by(ctx.process_group, ctx.raw("process_rss")))
     r.add("process_gc", "api_server_gc_collections", "rate", ctx.sum_rate("gc_collections", labels=("generation",)))
+    targets = tuple(label for label in ctx.process_group if label != "instance")
+    up = q.selector("up", ctx.raw_matchers(process=True))
+    r.add("process_targets_up", "scrape_targets_up", "sum", q.sum_by(targets, up))
+    r.add("process_targets", "scrape_targets", "count", f"count {q.by(targets)} ({up})")
 
 
 def build_recording(ctx: Context) -> Recorder:

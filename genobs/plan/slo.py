@@ -133,7 +133,9 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, finished_ref:
             def errors(w: str, bad=tuple(bad)) -> str:
                 sel_bad = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(bad)),))
                 # V0 creates a finished_reason series only once seen: absent means 0
-                return f"({q.sum_by(g, q.rate(sel_bad, w))} or {q.sum_by(g, q.rate(ctx.raw('request_success'), w))} * 0)"
+                return (
+                    f"({q.sum_by(g, q.rate(sel_bad, w))} or {q.sum_by(g, q.rate(ctx.raw('request_success'), w))} * 0)"
+                )
 
         else:
             key, signal, verb = LATENCY_SLIS[slo.sli]
@@ -270,7 +272,9 @@ def _slo_row(ctx: Context, slo, objective: float, windows: list[str], table: lis
                 "Error-budget burn rate per window (1 = exactly the sustainable rate). Lines: alert factors.",
                 "none",
                 tuple(Target(s(naming.record("slo_burn_rate", f"rate{w}")), f"{legend} {w}".strip()) for w in windows),
-                thresholds=tuple(sorted({(colours[r["severity"]], float(r["factor"])) for r in table}, key=lambda x: x[1])),
+                thresholds=tuple(
+                    sorted({(colours[r["severity"]], float(r["factor"])) for r in table}, key=lambda x: x[1])
+                ),
                 width=8,
             ),
         ),
