@@ -77,12 +77,11 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
 
 
 def _lines(alerts: list[AlertRule]) -> dict[str, tuple]:
+    """Thresholds of each signal's primary alert, drawn on its panel."""
     out: dict[str, list] = {}
     for a in alerts:
-        if a.threshold_text and a.name == _primary(a.signal):
-            value = _threshold_value(a)
-            if value is not None:
-                out.setdefault(a.signal, []).append((_LINE_COLOURS[a.severity], value))
+        if a.threshold is not None and a.name == _primary(a.signal):
+            out.setdefault(a.signal, []).append((_LINE_COLOURS[a.severity], a.threshold))
     return {k: tuple(sorted(v, key=lambda x: x[1])) for k, v in out.items()}
 
 
@@ -90,23 +89,11 @@ def _primary(signal: str) -> str:
     return next(n for n, a in signal_data()["alerts"].items() if a["signal"] == signal and a.get("primary"))
 
 
-def _threshold_value(a: AlertRule) -> float | None:
-    # the number after the comparison operator in "<series> > 0.5 and ..."
-    for op in (" > ", " < "):
-        if op in a.expr:
-            tail = a.expr.split(op, 1)[1].split(" ", 1)[0]
-            try:
-                return float(tail)
-            except ValueError:
-                return None
-    return None
-
-
 def _runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
     signals = signal_data()["signals"]
     entries: dict[str, RunbookEntry] = {}
     for a in alerts:
-        sev = Severity(a.severity, a.threshold_text, a.for_)
+        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
         if a.name in entries:
             e = entries[a.name]
             entries[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})

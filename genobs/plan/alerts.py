@@ -55,6 +55,7 @@ class Resolved:
     levels: tuple[tuple[str, float], ...]  # (severity, threshold)
     summary: str
     description: str
+    unit: str = ""
 
 
 def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]:
@@ -108,7 +109,15 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
             continue
         out.append(
             Resolved(
-                name, signal, kind, alert["direction"], for_, tuple(levels), alert["summary"], alert["description"]
+                name,
+                signal,
+                kind,
+                alert["direction"],
+                for_,
+                tuple(levels),
+                alert["summary"],
+                alert["description"],
+                alert.get("unit", ""),
             )
         )
     return out
@@ -200,7 +209,7 @@ class AlertBuilder:
                 if found is None:
                     continue
                 expr, series, panel = found
-                threshold_text = format_threshold(a.kind, threshold) if a.kind != "none" else ""
+                threshold_text = format_threshold(a.kind, threshold) + a.unit if a.kind != "none" else ""
                 value = f"{{{{ $value | {_HUMANIZE[a.kind]} }}}}"
                 if a.kind == "number" and a.signal == "output_speed_per_user":
                     value = '{{ $value | printf "%.1f" }}'
@@ -224,6 +233,8 @@ class AlertBuilder:
                         runbook_url=naming.runbook_url(self.base_url, a.name),
                         labels=tuple(extra),
                         threshold_text=threshold_text,
+                        threshold=None if a.kind == "none" else threshold,
+                        comparator="" if a.kind == "none" else (">" if a.direction == "above" else "<"),
                         query=series,
                         panel=panel,
                     )

@@ -24,6 +24,8 @@ class AlertRule:
     runbook_url: str
     labels: tuple[tuple[str, str], ...] = ()
     threshold_text: str = ""
+    threshold: float | None = None  # None for alerts without a numeric threshold
+    comparator: str = ""  # ">" or "<": which side of the threshold fires
     query: str = ""  # the series compared against the threshold, for the runbook
     panel: str = ""  # dashboard panel that shows it
 
@@ -71,7 +73,7 @@ class Variable:
 @dataclass(frozen=True)
 class Severity:
     severity: str
-    threshold_text: str
+    threshold_text: str  # with its comparator, e.g. "> 2.5s"
     for_: str
 
 
