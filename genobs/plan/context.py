@@ -61,6 +61,16 @@ class Context:
             out.append(("model_name", "=~", q.any_of(self.models)))
         return tuple(out)
 
+    def panel_matchers(self, process: bool = False) -> tuple[q.Matcher, ...]:
+        """Dashboard matchers: grouping labels follow their variable, other selector labels are fixed."""
+        fixed = dict(self.selector)
+        labels = self.process_group if process else self.group
+        return tuple(
+            (label, "=~", f"${label}") if label in self.variables else (label, "=", fixed[label])
+            for label in labels
+            if label in self.variables or label in fixed
+        )
+
     # --- building blocks --------------------------------------------------
     def raw(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
         return q.selector(self.metric(key, suffix), self.raw_matchers(self.is_process(key)) + extra)

@@ -16,14 +16,7 @@ class PanelMaker:
 
     def sel(self, key: str, extra: tuple = ()) -> str:
         """Recorded series filtered by the dashboard variables."""
-        process = key.startswith("process")
-        labels = self.ctx.process_group if process else self.ctx.group
-        fixed = dict(self.ctx.selector)
-        matchers = tuple(
-            (label, "=~", f"${label}") if label in self.ctx.variables else (label, "=", fixed[label])
-            for label in labels
-            if label in self.ctx.variables or label in fixed
-        )
+        matchers = self.ctx.panel_matchers(process=key.startswith("process"))
         return q.selector(self.rec.names[key], matchers + extra)
 
     def legend(self, extra: str = "") -> str:

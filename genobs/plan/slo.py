@@ -231,12 +231,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, finished_ref:
 
 
 def _slo_row(ctx: Context, slo, objective: float, windows: list[str], table: list[dict]) -> Row:
-    fixed = dict(ctx.selector)
-    matchers = tuple(
-        (label, "=~", f"${label}") if label in ctx.variables else (label, "=", fixed[label])
-        for label in ctx.group
-        if label in ctx.variables or label in fixed
-    ) + (("slo", "=", slo.name),)
+    matchers = ctx.panel_matchers() + (("slo", "=", slo.name),)
     legend = " ".join(f"{{{{{label}}}}}" for label in ctx.variables)
 
     def s(name: str) -> str:
