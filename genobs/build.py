@@ -7,7 +7,7 @@ from pathlib import Path
 
 from genobs import promtool
 from genobs.errors import Problem, SpecError
-from genobs.loader import load_spec
+from genobs.loader import load_spec, sort_problems
 from genobs.writer import dump_json, dump_yaml, replace_dir
 
 
@@ -28,15 +28,23 @@ def spec_files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def render_spec(path: Path) -> Output:
-    """Everything a spec compiles to, in memory. Raises SpecError."""
+class InternalError(Exception):
+    """An unexpected failure while rendering a spec: a genobs bug, not a spec problem."""
+
+
+def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
+    """Everything a spec compiles to, in memory. Raises SpecError. `kubernetes`:
+    True adds kubernetes/ whatever the spec says; None follows `kubernetes.enabled`."""
     from genobs.plan import build_plan
     from genobs.render.dashboard import render_dashboard
     from genobs.render.rules import render_rule_files
     from genobs.render.runbook import render_runbook
 
     doc = load_spec(path)
-    plan = build_plan(doc)
+    try:
+        plan = build_plan(doc)
+    except SpecError as exc:
+        raise SpecError(sort_problems(exc.problems)) from None
     files: dict[str, bytes] = {}
     for name, data in render_rule_files(plan).items():
         files[f"prometheus/{name}"] = dump_yaml(data, plan.name)
@@ -44,23 +52,41 @@ def render_spec(path: Path) -> Output:
         files[f"prometheus/tests/{name}"] = dump_yaml(data, plan.name)
     files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
     files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
+    if kubernetes or doc.spec.kubernetes.enabled:
+        from genobs.k8s import KubernetesOptions, kubernetes_files
+
+        k8s = doc.spec.kubernetes
+        options = KubernetesOptions(namespace=k8s.namespace, labels=dict(k8s.labels), folder=plan.dashboard.folder)
+        for rel, data in kubernetes_files(plan.name, files, options).items():
+            files[f"kubernetes/{rel}"] = data
     return Output(plan.name, str(path), files)
 
 
-def render_all(paths: list[Path]) -> list[Output]:
-    """Render every spec; collect every problem before failing."""
+def render_all(paths: list[Path], kubernetes: bool | None = None) -> list[Output]:
+    """Render every spec; collect every problem before failing. Anything but a
+    SpecError is re-raised as InternalError naming the spec."""
     problems: list[Problem] = []
     outputs: list[Output] = []
     names: dict[str, str] = {}
     for path in spec_files(paths):
         try:
-            out = render_spec(path)
+            out = render_spec(path, kubernetes=kubernetes)
         except SpecError as exc:
             problems.extend(exc.problems)
             continue
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise InternalError(f"{path}: {type(exc).__name__}: {first}") from exc
         if out.name in names:
+            line, col = load_spec(path).positions.get(("name",), (None, None))
             problems.append(
-                Problem(f"spec name {out.name!r} is also used by {names[out.name]}", str(path), field="name")
+                Problem(
+                    f"spec name {out.name!r} is also used by {names[out.name]}; names must be unique (they name out/<name>/)",
+                    str(path),
+                    line,
+                    col,
+                    field="name",
+                )
             )
             continue
         names[out.name] = str(path)
@@ -88,4 +114,20 @@ def check(target: Path) -> list[promtool.Result]:
         results.append(
             promtool.test_rules([t.relative_to(target / "prometheus") for t in tests], cwd=target / "prometheus")
         )
+    operator_rule = target / "kubernetes" / "prometheusrule.yaml"
+    if operator_rule.is_file():
+        results.append(check_prometheusrule(operator_rule))
     return results
+
+
+def check_prometheusrule(path: Path) -> promtool.Result:
+    """promtool check rules on the groups a PrometheusRule manifest embeds."""
+    import tempfile
+
+    import yaml
+
+    groups = yaml.safe_load(path.read_bytes())["spec"]["groups"]
+    with tempfile.TemporaryDirectory(prefix="genobs-") as tmp:
+        rules = Path(tmp) / f"{path.parent.parent.name}.prometheusrule.rules.yaml"
+        rules.write_bytes(dump_yaml({"groups": groups}, path.parent.parent.name))
+        return promtool.check_rules([rules])

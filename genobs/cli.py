@@ -1,19 +1,34 @@
-"""Command line: `genobs build|schema`. Decides exit codes: 0 ok, 1 a check
-failed, 2 the input is wrong."""
+"""Command line: `genobs build|schema|init|explain|check|...`. Decides exit codes:
+0 ok, 1 a check failed (or genobs itself failed), 2 the input is wrong. Heavy
+modules are imported only when a command runs, so --help and completion stay fast."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import typing
 from pathlib import Path
 
 import click
 
 from genobs import __version__
+from genobs.errors import SpecError
 
 # commands that live in heavier modules: name -> (module:attribute, one-line help)
 LAZY_COMMANDS = {
     "simulate": ("genobs.sim.cli:simulate", "Run a simulated vLLM /metrics exporter (demos and tests)."),
+    "init": ("genobs.scaffold:init", "Write a commented starting spec for a use case."),
+    "explain": (
+        "genobs.explain:explain",
+        "Explain an alert or signal: PromQL, thresholds, first action.",
+    ),
+    "check": ("genobs.check:check", "Fail when out/ is stale or hand-edited (CI, pre-commit)."),
+    "scrape-config": (
+        "genobs.scrape_config:scrape_config",
+        "Print a Prometheus scrape job that keeps vLLM's ':' names.",
+    ),
+    "doctor": ("genobs.doctor:doctor", "Check a live Prometheus for the vLLM series a spec needs."),
 }
 
 
@@ -28,6 +43,34 @@ class LazyGroup(click.Group):
             module, attr = LAZY_COMMANDS[name][0].split(":")
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context):
+        """Spec problems exit 2 with every problem listed; anything unexpected is one
+        line and exit 1 (GENOBS_DEBUG=1 shows the traceback), never a traceback."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except SpecError as exc:
+            fail_spec(exc)
+        except BrokenPipeError:  # `genobs explain x | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        except Exception as exc:
+            if os.environ.get("GENOBS_DEBUG"):
+                raise
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            if isinstance(exc, OSError):
+                click.echo(f"error: {first}", err=True)
+            else:
+                # genobs.build.InternalError already names the spec and the original exception
+                kind = "" if type(exc).__name__ == "InternalError" else f"{type(exc).__name__}: "
+                click.echo(
+                    f"genobs: internal error: {kind}{first} "
+                    "(a bug in genobs, not in the spec; GENOBS_DEBUG=1 shows the traceback)",
+                    err=True,
+                )
+            sys.exit(1)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
@@ -50,12 +93,21 @@ def main() -> None:
     runbooks and promtool unit tests."""
 
 
-def _fail_spec(exc) -> None:
-    for p in exc.problems:
+MAX_SHOWN = 200  # problems printed; a generated or corrupted file can hold thousands
+
+
+def fail_spec(exc: SpecError, outcome: str = "nothing was written") -> typing.NoReturn:
+    """Print every problem (file:line:column: error: field: message) and exit 2."""
+    for p in exc.problems[:MAX_SHOWN]:
         click.echo(str(p), err=True)
+    if len(exc.problems) > MAX_SHOWN:
+        click.echo(f"... {len(exc.problems) - MAX_SHOWN} more problems not shown", err=True)
     n = len(exc.problems)
-    click.echo(f"{n} problem{'s' if n != 1 else ''} found; nothing was written", err=True)
+    click.echo(f"{n} problem{'s' if n != 1 else ''} found; {outcome}", err=True)
     sys.exit(2)
+
+
+_fail_spec = fail_spec
 
 
 @main.command()
@@ -71,20 +123,24 @@ def _fail_spec(exc) -> None:
 )
 @click.option("--strict", is_flag=True, help="Fail when promtool is missing.")
 @click.option("--no-check", is_flag=True, help="Skip promtool.")
-def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool) -> None:
+@click.option(
+    "--kubernetes",
+    is_flag=True,
+    help="Also write kubernetes/ (PrometheusRule, dashboard ConfigMap, Grafana provisioning) for every spec.",
+)
+def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, kubernetes: bool) -> None:
     """Build SPECS (files or folders of *.yaml) into OUTPUT/<name>/."""
     from genobs import build as pipeline
     from genobs import promtool
-    from genobs.errors import SpecError
 
     for s in specs:
         if not s.exists():
             click.echo(f"{s}: error: no such file or folder", err=True)
             sys.exit(2)
     try:
-        outputs = pipeline.render_all(list(specs))
+        outputs = pipeline.render_all(list(specs), kubernetes=kubernetes or None)
     except SpecError as exc:
-        _fail_spec(exc)
+        fail_spec(exc)
     if not outputs:
         click.echo("no specs found", err=True)
         sys.exit(2)

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from genobs.units import parse_prom_duration, parse_ratio, parse_seconds
+from genobs.units import parse_prom_duration, parse_ratio, parse_seconds, prom_duration_seconds
 
 SIGNALS = (
     "ttft",
@@ -35,6 +35,17 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _SPEC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # label values, model names and titles end up in PromQL strings, YAML and Markdown
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:/@+\- ]+$")
+_SAFE_MAX = 200
+# labels genobs itself puts on recorded series (histogram buckets, quantiles)
+_RESERVED_LABELS = ("le", "quantile")
+# Kubernetes names (RFC 1123 label) and label keys/values
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_K8S_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_K8S_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _chars(bad: set[str]) -> str:
+    return " ".join(repr(c) if c.isprintable() and c != " " else f"U+{ord(c):04X}" for c in sorted(bad))
 
 
 def _label_name(v: str) -> str:
@@ -42,19 +53,88 @@ def _label_name(v: str) -> str:
         raise ValueError(
             f"{v!r} is not a Prometheus label name (letters, digits and _, not starting with a digit or __)"
         )
+    if v in _RESERVED_LABELS:
+        raise ValueError(f"{v!r} is a label genobs sets on recorded series itself; use another label")
     return v
 
 
 def _safe_value(v: str) -> str:
-    if not v or not _SAFE_VALUE.match(v):
+    """Label values, model names, team, titles: they end up in PromQL strings, YAML,
+    Markdown and alert labels (Go templates), so only inert characters are allowed."""
+    if not v:
+        raise ValueError("must not be empty")
+    if not _SAFE_VALUE.match(v):
+        bad = {c for c in v if not _SAFE_VALUE.match(c)}
         raise ValueError(
-            f"{v!r} contains characters genobs does not put into queries; use letters, digits, spaces and . _ - : / @ +"
+            f"{v[:60]!r} contains {_chars(bad)}; use letters, digits, spaces and . _ - : / @ + "
+            "(the value ends up in PromQL, YAML and Markdown)"
+        )
+    if v != v.strip(" "):
+        raise ValueError(f"{v!r} must not start or end with a space")
+    if len(v) > _SAFE_MAX:
+        raise ValueError(f"is {len(v)} characters long; the limit is {_SAFE_MAX}")
+    return v
+
+
+def _engine_version(v: str | None) -> str | None:
+    if v is not None:
+        from genobs.catalog import parse_version
+
+        parse_version(v)
+    return v
+
+
+def _k8s_labels(v: dict[str, str]) -> dict[str, str]:
+    bad = []
+    for key, value in v.items():
+        prefix, _, name = key.rpartition("/")
+        if (prefix and not _K8S_LABEL_PREFIX.match(prefix)) or not _K8S_LABEL_VALUE.match(name) or not name:
+            bad.append(f"key {key!r}")
+        if not _K8S_LABEL_VALUE.match(value):
+            bad.append(f"value {value!r} of {key!r}")
+    if bad:
+        raise ValueError(
+            f"not a Kubernetes label: {', '.join(bad)} (keys: optional DNS prefix and '/', then a name; names and "
+            "values: up to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
         )
     return v
 
 
+def _description_text(v: str) -> str:
+    """The description is printed as Markdown at the top of the runbook: plain prose only."""
+    if len(v) > 2000:
+        raise ValueError(f"is {len(v)} characters long; the limit is 2000")
+    problems = []
+    bad = {c for c in v if c in "<>`{}[]|\\" or (not c.isprintable() and c != "\n")}
+    if bad:
+        problems.append(f"must not contain {_chars(bad)}")
+    for line in v.splitlines():
+        s = line.strip()
+        if s.startswith("#") or (len(s) >= 2 and set(s) <= {"=", "-"}):
+            problems.append(f"line {s[:40]!r} would become a Markdown heading")
+            break
+    if problems:
+        raise ValueError(
+            "; ".join(problems) + ": the description is printed as Markdown in the runbook; write plain text"
+        )
+    return v
+
+
+_MAX_DURATION = 10 * 365 * 86400  # Prometheus durations overflow near 292 years; nothing here needs 10
+
+
+def _pending_duration(v: str) -> str:
+    v = parse_prom_duration(v)
+    if prom_duration_seconds(v) > _MAX_DURATION:
+        raise ValueError(f"{v!r} is longer than 10 years")
+    return v
+
+
 def _prom_duration(v: str) -> str:
-    return parse_prom_duration(v)
+    v = _pending_duration(v)
+    if prom_duration_seconds(v) <= 0:
+        raise ValueError(f"{v!r} must be longer than 0s")
+    return v
 
 
 def _duration_text(v: str) -> str:
@@ -70,6 +150,7 @@ def _percent_text(v: str | float) -> str | float:
 LabelName = Annotated[str, AfterValidator(_label_name)]
 SafeValue = Annotated[str, AfterValidator(_safe_value)]
 PromDuration = Annotated[str, AfterValidator(_prom_duration)]
+PendingDuration = Annotated[str, AfterValidator(_pending_duration)]  # `for` may be 0s
 Threshold = str | float | int
 
 
@@ -79,7 +160,7 @@ class _Model(BaseModel):
 
 class Service(_Model):
     engine: Literal["vllm"] = Field("vllm", description="Serving engine.")
-    engine_version: str | None = Field(
+    engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
         None, description="Engine release, e.g. '0.33' or '0.11.1'; picks metric names. Default: newest in the catalog."
     )
     selector: dict[LabelName, SafeValue] = Field(
@@ -125,7 +206,7 @@ class AlertOverride(_Model):
     critical: Threshold | None = Field(None, description="Threshold for severity critical; null drops this level.")
     warning: Threshold | None = Field(None, description="Threshold for severity warning; null drops this level.")
     info: Threshold | None = Field(None, description="Threshold for severity info.")
-    for_: PromDuration | None = Field(None, alias="for", description="Pending duration, e.g. 10m.")
+    for_: PendingDuration | None = Field(None, alias="for", description="Pending duration, e.g. 10m.")
 
 
 class Alerts(_Model):
@@ -193,8 +274,17 @@ class Runbook(_Model):
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z0-9_.:/@+~%?=&\-]+$", v):
-            raise ValueError("base_url must be a plain URL or path without spaces, quotes or '#'")
+        if v is None:
+            return v
+        bad = {c for c in v if not re.match(r"^[A-Za-z0-9_.:/@+~%?=&\-]$", c)}
+        if bad or not v or len(v) > 500:
+            raise ValueError(
+                "base_url must be a plain URL or path of up to 500 characters"
+                + (f"; it contains {_chars(bad)} (percent-encode them; no '#': genobs adds the anchor)" if bad else "")
+            )
+        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*):", v)
+        if scheme and scheme.group(1).lower() not in ("http", "https"):
+            raise ValueError(f"base_url must be an http(s) URL or a relative path, not a {scheme.group(1)}: URL")
         return v
 
 
@@ -203,6 +293,24 @@ class Dashboard(_Model):
     uid: Annotated[str, AfterValidator(lambda v: _uid(v))] | None = Field(None, description="Grafana uid.")
     folder: SafeValue | None = Field(None, description="Grafana folder (used by the provisioning output).")
     refresh: PromDuration = Field("30s", description="Auto-refresh interval.")
+
+
+class Kubernetes(_Model):
+    enabled: bool = Field(
+        False, description="Also write kubernetes/: a PrometheusRule, a dashboard ConfigMap and Grafana provisioning."
+    )
+    namespace: str = Field("monitoring", description="Namespace of the PrometheusRule and the dashboard ConfigMap.")
+    labels: Annotated[dict[str, str], AfterValidator(_k8s_labels)] = Field(
+        default_factory=dict,
+        description="Labels on both objects, e.g. {release: kube-prometheus-stack} for the operator's ruleSelector.",
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if not _K8S_NAME.match(v):
+            raise ValueError(f"{v!r} is not a Kubernetes namespace (lower-case letters, digits and '-', up to 63)")
+        return v
 
 
 def _uid(v: str) -> str:
@@ -231,6 +339,9 @@ class Spec(_Model):
     alerts: Alerts = Field(default_factory=Alerts, description="Per-signal overrides of the preset alerts.")
     runbook: Runbook = Field(default_factory=Runbook)
     dashboard: Dashboard = Field(default_factory=Dashboard)
+    kubernetes: Kubernetes = Field(
+        default_factory=Kubernetes, description="Kubernetes manifests (prometheus-operator, Grafana sidecar)."
+    )
 
     @field_validator("name")
     @classmethod
@@ -242,9 +353,7 @@ class Spec(_Model):
     @field_validator("description")
     @classmethod
     def _description(cls, v: str | None) -> str | None:
-        if v is not None and any(c in v for c in "<>`\r"):
-            raise ValueError("description must not contain <, > or backticks")
-        return v
+        return None if v is None else _description_text(v)
 
 
 def json_schema() -> dict:

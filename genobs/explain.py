@@ -1,0 +1,218 @@
+"""After `plan`: `genobs explain` prints an alert's or signal's PromQL, thresholds, `for` and first action."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import textwrap
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import click
+import yaml
+
+DEFAULT_SPEC_FILE = "<built-in chat spec>"
+
+
+@functools.cache
+def signal_data() -> dict:
+    return yaml.safe_load(resources.files("genobs.data").joinpath("signals.yaml").read_text(encoding="utf-8"))
+
+
+def known_names() -> list[str]:
+    """Every alert and signal name genobs knows without a spec (for completion and hints)."""
+    data = signal_data()
+    return [*data["alerts"], *data["signals"]]
+
+
+@dataclass(frozen=True)
+class Match:
+    kind: str  # "alert" | "signal"
+    name: str
+    signal: str
+
+
+def resolve(name: str, plan) -> Match | None:
+    data = signal_data()
+    alerts = {a.name: a.signal for a in plan.alerts}
+    for n, a in data["alerts"].items():
+        alerts.setdefault(n, a["signal"])
+    lower = name.strip().lower()
+    for n, signal in alerts.items():
+        if n.lower() == lower:
+            return Match("alert", n, signal)
+    for s in data["signals"]:
+        if s.lower() == lower.replace("-", "_"):
+            return Match("signal", s, s)
+    return None
+
+
+def suggestions(name: str, plan) -> list[str]:
+    names = sorted({*known_names(), *(a.name for a in plan.alerts)})
+    by_lower = {n.lower(): n for n in names}
+    return [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=2, cutoff=0.6)]
+
+
+def _wrap(text: str, indent: str = "  ") -> str:
+    return textwrap.fill(" ".join(str(text).split()), width=100, initial_indent=indent, subsequent_indent=indent)
+
+
+def _handbook(plan) -> dict[str, dict]:
+    """alert name -> title, meaning, first_action, next_checks (regular alerts and SLO alerts)."""
+    out: dict[str, dict] = {}
+    for e in plan.runbook:
+        out[e.alert] = {
+            "title": e.title,
+            "meaning": e.meaning,
+            "first_action": e.first_action,
+            "next_checks": list(e.next_checks),
+        }
+    for e in plan.slo_runbook:
+        out[e["alert"]] = {k: e.get(k) for k in ("title", "meaning", "first_action", "next_checks")}
+    return out
+
+
+def _selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
+    """(series name, equality matchers) of every selector in the expression."""
+    import promql_parser
+
+    found: list[tuple[str, dict[str, str]]] = []
+
+    def visit(node: object) -> bool:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            eq = {m.name: m.value for m in node.matchers.matchers if m.op == promql_parser.MatchOp.Equal}
+            found.append((node.name, eq))
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
+
+
+def _recorded_inputs(plan, exprs: list[str]) -> list:
+    """Recording rules whose series the expressions read, in rule order."""
+    selectors = [sel for e in exprs for sel in _selectors(e)]
+    return [
+        r
+        for r in plan.recording_rules
+        if any(name == r.record and all(eq.get(k, v) == v for k, v in r.labels) for name, eq in selectors)
+    ]
+
+
+def explain_alert(name: str, plan, spec_label: str) -> str:
+    data = signal_data()
+    rules = [a for a in plan.alerts if a.name == name]
+    signal = rules[0].signal if rules else data["alerts"][name]["signal"]
+    info = _handbook(plan).get(name) or {
+        k: data["signals"].get(signal, {}).get(k) for k in ("title", "meaning", "first_action", "next_checks")
+    }
+    out = [f"{name} - {info.get('title') or signal} (signal {signal})", f"spec: {spec_label}", ""]
+    out += ["What it watches", _wrap(info.get("meaning") or rules[0].summary if rules else info.get("meaning")), ""]
+    if not rules:
+        defaults = data["alerts"].get(name, {})
+        out.append("Not generated for this spec" + _absent_reason(signal, plan) + ".")
+        if defaults:
+            levels = ", ".join(f"{sev} {value}" for sev, value in defaults.get("thresholds", {}).items())
+            out.append(f"  Defaults: {levels} (for {defaults.get('for')}).")
+        out.append("")
+    else:
+        out.append("Severities")
+        width = max(len(r.severity) for r in rules)
+        for r in rules:
+            pending = f"for {r.for_}" if r.for_ else "fires at once (no for)"
+            out.append(f"  {r.severity:<{width}}  {r.summary}  [{pending}]")
+        out.append("")
+        for r in rules:
+            out += [f"PromQL ({r.severity})", f"  {r.expr}", ""]
+        inputs = _recorded_inputs(plan, [r.expr for r in rules])
+        if inputs:
+            out.append("Recorded series it reads")
+            for rec in inputs:
+                labels = "{" + ", ".join(f'{k}="{v}"' for k, v in rec.labels) + "}" if rec.labels else ""
+                out.append(f"  {rec.record}{labels} = {rec.expr}")
+            out.append("")
+        first = rules[0]
+        if first.panel:
+            out += [f"Dashboard panel: {first.panel}", ""]
+        out += [f"Runbook: {first.runbook_url}", ""]
+    out += ["First action", _wrap(info.get("first_action") or "-")]
+    checks = info.get("next_checks") or []
+    if checks:
+        out += ["", "Check next"] + [f"  - {c}" for c in checks]
+    return "\n".join(out) + "\n"
+
+
+def _absent_reason(signal: str, plan) -> str:
+    needs = {"nixl_transfer": "disaggregated_prefill", "spec_decode_acceptance": "speculative_decoding"}
+    if signal in needs:
+        return f" (needs features.{needs[signal]}: true)"
+    return f" (disabled by the spec or the {plan.use_case} preset)"
+
+
+def explain_signal(signal: str, plan, spec_label: str) -> str:
+    data = signal_data()
+    info = data["signals"][signal]
+    names = list(dict.fromkeys(a.name for a in plan.alerts if a.signal == signal))
+    if not names:
+        out = [f"Signal {signal} - {info['title']}", f"spec: {spec_label}", ""]
+        out += ["What it watches", _wrap(info["meaning"]), ""]
+        out += ["No alert of this signal is generated for this spec" + _absent_reason(signal, plan) + ".", ""]
+        out += ["First action", _wrap(info["first_action"])]
+        return "\n".join(out) + "\n"
+    parts = [f"Signal {signal} - {info['title']}: {len(names)} alert(s): {', '.join(names)}\n"]
+    parts += [explain_alert(n, plan, spec_label) for n in names]
+    return "\n".join(parts)
+
+
+def default_plan():
+    from genobs.loader import load_spec_text
+    from genobs.plan import build_plan
+    from genobs.scaffold import spec_text
+
+    return build_plan(load_spec_text(spec_text("chat", None, namespace=None), DEFAULT_SPEC_FILE))
+
+
+def _complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    return [n for n in known_names() if n.lower().startswith(incomplete.lower())]
+
+
+@click.command()
+@click.argument("name", required=False, shell_complete=_complete)
+@click.option(
+    "--spec",
+    "spec",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Spec whose plan supplies PromQL and thresholds. Default: a built-in chat spec.",
+)
+def explain(name: str | None, spec: Path | None) -> None:
+    """Explain NAME (an alert such as VllmTtftP99High, or a signal such as ttft):
+    what it watches, its PromQL, thresholds per severity, `for` and the first
+    action. Without NAME, list every alert and signal."""
+    from genobs.loader import load_spec
+    from genobs.plan import build_plan
+
+    if spec is not None:
+        if not spec.exists():
+            click.echo(f"{spec}: error: no such file", err=True)
+            raise SystemExit(2)
+        plan, label = build_plan(load_spec(spec)), f"{spec} ({{}})"
+    else:
+        plan, label = default_plan(), f"{DEFAULT_SPEC_FILE} ({{}}; pass --spec FILE for yours)"
+    label = label.format(f"use case {plan.use_case}, vLLM {plan.engine_version}")
+    if name is None:
+        alerts = list(dict.fromkeys(a.name for a in plan.alerts))
+        click.echo("Alerts in this plan:\n" + "\n".join(f"  {a}" for a in alerts))
+        click.echo("Signals:\n" + "\n".join(f"  {s}" for s in signal_data()["signals"]))
+        return
+    match = resolve(name, plan)
+    if match is None:
+        hint = suggestions(name, plan)
+        msg = f"error: no alert or signal named {name!r}"
+        msg += f"; did you mean {' or '.join(repr(h) for h in hint)}?" if hint else "; `genobs explain` lists them"
+        click.echo(msg, err=True)
+        raise SystemExit(2)
+    if match.kind == "alert":
+        click.echo(explain_alert(match.name, plan, label), nl=False)
+    else:
+        click.echo(explain_signal(match.name, plan, label), nl=False)

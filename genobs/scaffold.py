@@ -1,0 +1,197 @@
+"""Before `load`: `genobs init` writes a commented starting spec, validated through load and plan."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import click
+import yaml
+
+SCHEMA_FILE = "genobs.schema.json"
+
+
+@functools.cache
+def presets() -> dict:
+    return yaml.safe_load(resources.files("genobs.data").joinpath("presets.yaml").read_text(encoding="utf-8"))
+
+
+def use_cases() -> list[str]:
+    return list(presets())
+
+
+def newest_version() -> str:
+    from genobs.catalog import format_version, load_catalog
+
+    return format_version(load_catalog().max_version)
+
+
+def _q(value: str) -> str:
+    """A double-quoted YAML scalar: never read as a number, boolean or null."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def schema_ref(target: Path | None) -> str:
+    """Relative path from the spec to the nearest genobs.schema.json above it (the
+    specs/ convention `../genobs.schema.json` when writing to stdout or none is found)."""
+    if target is not None:
+        folder = target.resolve().parent
+        for d in (folder, *folder.parents):
+            if (d / SCHEMA_FILE).is_file():
+                return Path(os.path.relpath(d / SCHEMA_FILE, folder)).as_posix()
+    return f"../{SCHEMA_FILE}"
+
+
+def _threshold_text(value: object) -> str:
+    return "off" if value is None else str(value)
+
+
+def spec_text(
+    use_case: str,
+    model: str | None,
+    name: str | None = None,
+    engine_version: str | None = None,
+    namespace: str | None = "llm-prod",
+    schema: str = f"../{SCHEMA_FILE}",
+) -> str:
+    """The commented spec `genobs init` writes; no model watches every model behind the selector."""
+    preset = presets()[use_case]
+    name = name or use_case
+    version = engine_version or newest_version()
+    preset_lines = []
+    for signal, levels in preset.get("alerts", {}).items():
+        if levels.get("enabled") is False:
+            preset_lines.append(f"#   {signal}: off")
+        else:
+            parts = [f"{sev} {_threshold_text(levels[sev])}" for sev in ("warning", "critical") if sev in levels]
+            preset_lines.append(f"#   {signal}: {', '.join(parts)}")
+    title = f"{use_case.capitalize()} - {model}" if model else f"vLLM {use_case}"
+    models = f"[{_q(model)}]" if model else "[]"
+
+    def c(code: str, comment: str = "") -> str:
+        return f"{code:<35} # {comment}" if comment else code
+
+    lines = [
+        f"# yaml-language-server: $schema={schema}",
+        f"# {use_case}: {preset['description']}",
+        f"# Primary KPI: {preset['primary_kpi']}; secondary: {preset['secondary_kpi']}.",
+        "# Build: genobs build <this file>; explain an alert: genobs explain <alert> --spec <this file>",
+        "version: genobs/v1",
+        c(f"name: {_q(name)}", "out/<name>/, rule groups genobs-<name>-*, dashboard uid genobs-<name>"),
+        c("# team: inference-platform", "added as label `team` on every alert"),
+        "",
+        "service:",
+        "  engine: vllm",
+        c(f"  engine_version: {_q(version)}", "the vLLM release you run: picks metric names"),
+        *(
+            [c("  selector:", "target labels every query is restricted to"), f"    namespace: {_q(namespace)}"]
+            if namespace
+            else [c("  selector: {}", "target labels every query is restricted to, e.g.:"), "    # namespace: llm-prod"]
+        ),
+        "    # job: vllm",
+        c("  group_by: [model_name]", "kept on every rule and alert; `engine` (DP rank) is always summed away"),
+        c(f"  models: {models}", "empty = every model behind the selector"),
+        c("  metric_names: colon", "underscore when Prometheus stored vllm_... names (escaped scrape)"),
+        c("  min_request_rate: 0.05", "req/s below which latency and ratio alerts stay silent"),
+        "",
+        c(f"use_case: {use_case}", "preset thresholds (override them under alerts:):"),
+        *preset_lines,
+        "",
+        "features:",
+        c("  prefix_caching: true", "prefix-cache hit-rate signals"),
+        c("  speculative_decoding: false", "acceptance rate and mean acceptance length"),
+        c("  disaggregated_prefill: false", "NIXL KV-transfer signals (vLLM >= 0.11.1)"),
+        "",
+        c("evaluation_interval: 30s", "rule-group interval"),
+        "",
+        c("alerts: {}", "only what differs from the preset, e.g.:"),
+        "#   ttft: {warning: 1s, critical: 2.5s, for: 10m}",
+        "#   length_finish: {warning: 5%, critical: 15%}",
+        "#   rss_growth: {enabled: false}",
+        "",
+        c("# slos:", "multi-window multi-burn-rate alerts on each SLO"),
+        "#   - name: first-token",
+        "#     sli: ttft",
+        c("#     threshold: 1s", "a histogram bucket boundary"),
+        "#     objective: 99%",
+        "",
+        c("runbook: {}", "base_url: where RUNBOOK.md is published (runbook_url of alerts)"),
+        "",
+        "dashboard:",
+        f"  title: {_q(title)}",
+        "  folder: LLM serving",
+        "",
+        c("kubernetes:", "or: genobs build --kubernetes"),
+        c("  enabled: false", "true also writes kubernetes/: PrometheusRule, dashboard ConfigMap"),
+        "  namespace: monitoring",
+        c("  labels: {}", "e.g. {release: kube-prometheus-stack} for the operator's ruleSelector"),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def validate(text: str, file: str) -> None:
+    """Load and plan the text; SpecError when the options make an invalid spec."""
+    from genobs.loader import load_spec_text
+    from genobs.plan import build_plan
+
+    build_plan(load_spec_text(text, file))
+
+
+# spec field -> the option it came from, for problems with what the user typed
+_OPTION_OF_FIELD = (
+    ("name", "--name"),
+    ("service.models", "--model"),
+    ("dashboard.title", "--model"),
+    ("service.engine_version", "--engine-version"),
+    ("service.selector", "--namespace"),
+    ("features", "--engine-version"),
+)
+
+
+@click.command()
+@click.option(
+    "--use-case",
+    required=True,
+    type=click.Choice(use_cases()),
+    help="Preset of KPIs and thresholds.",
+)
+@click.option("--model", required=True, help="Served model name (vLLM's model_name label), e.g. gpt-oss-120b.")
+@click.option("--name", default=None, help="Spec name (output folder, rule-group prefix). Default: the use case.")
+@click.option("--engine-version", default=None, help="vLLM release, e.g. 0.11.1. Default: newest genobs knows.")
+@click.option("--namespace", default="llm-prod", show_default=True, help="Kubernetes namespace of the vLLM targets.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write to FILE, not stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def init(
+    use_case: str,
+    model: str,
+    name: str | None,
+    engine_version: str | None,
+    namespace: str,
+    output: Path | None,
+    force: bool,
+) -> None:
+    """Write a commented starting spec for a use case (stdout, or -o FILE)."""
+    if output is not None and output.exists() and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    text = spec_text(use_case, model, name, engine_version, namespace, schema_ref(output))
+    from genobs.errors import SpecError
+
+    try:
+        validate(text, "<genobs init>")
+    except SpecError as exc:
+        seen = set()
+        for p in exc.problems:
+            option = next((o for f, o in _OPTION_OF_FIELD if p.field.startswith(f)), p.field)
+            if option not in seen:  # one problem per option (--model also feeds the title)
+                seen.add(option)
+                click.echo(f"error: {option}: {p.message}", err=True)
+        raise SystemExit(2) from None
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {output}; build it with: genobs build {output}", err=True)
