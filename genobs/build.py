@@ -16,6 +16,7 @@ class Output:
     name: str
     spec_file: str
     files: dict[str, bytes]
+    warnings: tuple[str, ...] = ()
 
 
 def spec_files(paths: list[Path]) -> list[Path]:
@@ -59,7 +60,7 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
         options = KubernetesOptions(namespace=k8s.namespace, labels=dict(k8s.labels), folder=plan.dashboard.folder)
         for rel, data in kubernetes_files(plan.name, files, options).items():
             files[f"kubernetes/{rel}"] = data
-    return Output(plan.name, str(path), files)
+    return Output(plan.name, str(path), files, plan.warnings)
 
 
 def render_all(paths: list[Path], kubernetes: bool | None = None) -> list[Output]:

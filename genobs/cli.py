@@ -148,6 +148,8 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
     failed = False
     for out, target in zip(outputs, dirs):
         click.echo(f"{out.spec_file} -> {target}/ ({len(out.files)} files)")
+        for warning in out.warnings:
+            click.echo(f"{out.spec_file}: warning: {warning}", err=True)
         if no_check:
             continue
         if promtool.find() is None:

@@ -10,8 +10,8 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument
-from genobs.plan import slo
-from genobs.plan.alerts import AlertBuilder, format_threshold, preset_data, resolve, signal_data
+from genobs.plan import slo, unittests
+from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, format_threshold, preset_data, resolve, signal_data
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables
 from genobs.plan.model import AlertRule, Dashboard, Plan, RuleGroup, RunbookEntry, Severity
@@ -129,6 +129,22 @@ def _check_expressions(plan_groups: tuple[RuleGroup, ...], ctx: Context) -> None
                     raise AssertionError(f"{name} in {rule.expr} is not exported by vLLM {ctx.version_text}")
 
 
+def _unreachable(ctx: Context, alerts: list[AlertRule]) -> list[str]:
+    """histogram_quantile never returns more than the largest finite bucket bound."""
+    out = []
+    for a in alerts:
+        key = LATENCY_ALERTS.get(a.name, (None,))[0]
+        if key is None or a.threshold is None:
+            continue
+        top = max(ctx.catalog.metric(key).buckets_for(ctx.version), default=None)
+        if top is not None and a.threshold >= top:
+            out.append(
+                f"{a.name} ({a.severity}, > {a.threshold_text}) can never fire: the largest finite bucket of "
+                f"{ctx.metric(key)} in vLLM {ctx.version_text} is {top:g}s; lower the threshold below it"
+            )
+    return out
+
+
 def _check_panels(rows, recorded: set[str]) -> None:
     """Every panel query parses (variables filled in) and reads recorded series only."""
     for row in rows:
@@ -167,6 +183,7 @@ def build_plan(doc: SpecDocument) -> Plan:
     if slos.rules:
         groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
     _check_expressions(groups, ctx)
+    unit_tests, notes = unittests.build_unit_tests_and_notes(ctx, rec, groups, spec.name)
     preset = preset_data()[spec.use_case]
     title = spec.dashboard.title or f"vLLM - {spec.name}"
     dashboard = Dashboard(
@@ -199,6 +216,8 @@ def build_plan(doc: SpecDocument) -> Plan:
         dashboard=dashboard,
         runbook=_runbook(alerts),
         slo_runbook=slos.runbook,
+        unit_tests=unit_tests,
+        warnings=tuple(_unreachable(ctx, alerts)) + tuple(notes),
         raw_metrics=frozenset(n for n in raw if not n.startswith(naming.PREFIX + ":")),
     )
 

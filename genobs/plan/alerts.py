@@ -123,6 +123,16 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
     return out
 
 
+# p99 alerts on a latency histogram: alert name -> (histogram key, dashboard panel)
+LATENCY_ALERTS = {
+    "VllmTtftP99High": ("ttft", "Time to first token"),
+    "VllmItlP99High": ("itl", "Inter-token latency"),
+    "VllmE2eLatencyP99High": ("e2e", "End-to-end latency"),
+    "VllmQueueTimeP99High": ("queue_time", "Queue time"),
+    "VllmNixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time"),
+}
+
+
 class AlertBuilder:
     def __init__(self, ctx: Context, rec: Recorder, base_url: str, team: str | None):
         self.ctx = ctx
@@ -139,16 +149,13 @@ class AlertBuilder:
         op = ">" if a.direction == "above" else "<"
         t = f"{threshold:g}"
         p99 = (("quantile", "=", "0.99"),)
-        latency = {
-            "VllmTtftP99High": ("ttft", "Time to first token"),
-            "VllmItlP99High": ("itl", "Inter-token latency"),
-            "VllmE2eLatencyP99High": ("e2e", "End-to-end latency"),
-            "VllmQueueTimeP99High": ("queue_time", "Queue time"),
-        }
-        if a.name in latency:
-            key, panel = latency[a.name]
+        if a.name in LATENCY_ALERTS:
+            key, panel = LATENCY_ALERTS[a.name]
+            if f"{key}_quantile" not in r.names:
+                return None  # feature off (NIXL)
             series = r.ref(f"{key}_quantile", p99)
-            return f"{series} {op} {t} {self._traffic_gate()}", series, panel
+            gate = "" if key == "nixl_xfer_time" else f" {self._traffic_gate()}"
+            return f"{series} {op} {t}{gate}", series, panel
         ratios = {
             "VllmLengthFinishRatioHigh": ("length_ratio", "Length and abort finishes"),
             "VllmAbortRatioHigh": ("abort_ratio", "Length and abort finishes"),
@@ -159,11 +166,6 @@ class AlertBuilder:
             key, panel = ratios[a.name]
             series = r.ref(key)
             return f"{series} {op} {t} {self._traffic_gate()}", series, panel
-        if a.name == "VllmNixlTransferTimeP99High":
-            if "disaggregated_prefill" not in ctx.features:
-                return None
-            series = r.ref("nixl_xfer_time_quantile", p99)
-            return f"{series} {op} {t}", series, "NIXL transfer time"
         if a.name == "VllmNixlTransfersFailing":
             if "disaggregated_prefill" not in ctx.features:
                 return None
@@ -197,12 +199,14 @@ class AlertBuilder:
         if a.name == "VllmMetricsFrozen":
             series = r.ref("generation_tps")
             running = f"{r.ref('running')} > 0"
-            return f"{running} and {q.on(ctx.group)} {series} == 0", series, "Token throughput (tok/s)"
+            # the token rate comes first so $value is the (zero) rate the description names
+            return f"{series} == 0 and {q.on(ctx.group)} {running}", series, "Token throughput (tok/s)"
         raise KeyError(f"no expression for alert {a.name}")
 
     def build(self, resolved: list[Resolved]) -> list[AlertRule]:
         rules: list[AlertRule] = []
         labels_text = ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in self.ctx.group)
+        process_text = ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in self.ctx.process_group)
         for a in resolved:
             for severity, threshold in a.levels:
                 found = self.condition(a, threshold)
@@ -216,7 +220,9 @@ class AlertBuilder:
                 description = a.description.format(
                     value=value, threshold=threshold_text, instance="{{ $labels.instance }}"
                 )
-                if a.name not in ("VllmTargetDown", "VllmMetricsAbsent"):
+                if a.signal == "rss_growth":
+                    description = f"{process_text}: {description}"
+                elif a.name not in ("VllmTargetDown", "VllmMetricsAbsent"):
                     description = f"{labels_text}: {description}"
                 extra = [("severity", severity), ("signal", a.signal)]
                 if self.team:

@@ -1,0 +1,404 @@
+"""Part of the `plan` stage: promtool unit tests (`promtool test rules`) for every
+alert of a spec. A simulated fleet (unittests_fleet) is healthy, then broken one
+signal at a time (unittests_probes); each case asserts the exact labels and
+annotations promtool must see, computed from the input series, not from promtool.
+Cases whose faults do not disturb each other share a test group, so promtool
+evaluates the rules once for all of them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import promql_parser
+
+from genobs import naming
+from genobs import promql as q
+from genobs.humanize import expand
+from genobs.plan.context import Context
+from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
+from genobs.plan.recording import Recorder
+from genobs.plan.unittests_fleet import Fleet, identity, input_series, quantile_of
+from genobs.plan.unittests_probes import (
+    _COMPARE,
+    PROBES,
+    Env,
+    Probe,
+    healthy_fleet,
+    success_value,
+    threshold,
+)
+from genobs.plan.unittests_slo import burn_rate, discover_slos, selectors, slo_fires, slo_probe
+from genobs.units import prom_duration_seconds
+
+EVALUATION_INTERVAL = "1m"
+MARGIN_MINUTES = 3  # evaluation time past the rate window plus `for`
+SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
+_ENGINE_FREE = ("process", "up", "absent")  # probes whose alert reads no engine series
+
+
+def _minutes(duration: str) -> int:
+    return math.ceil(prom_duration_seconds(duration) / 60) if duration else 0
+
+
+def _sample_text(name: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f"{k}={q.quote(v)}" for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+@dataclass
+class Case:
+    """One alert made to fire at some severities by one fault."""
+
+    name: str
+    probe: Probe
+    rules: list[AlertRule]
+    param: object
+    severities: tuple[str, ...]
+    minutes: int  # earliest evaluation time at which it must fire
+    needs: set[str]
+    checks_exprs: bool  # also asserts key recorded series (on the case that fires every severity)
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} ({', '.join(self.severities)})"
+
+
+@dataclass
+class Pack:
+    """Cases sharing one test group: their faults combined into one fleet."""
+
+    fleet: Fleet
+    minutes: int
+    cases: list[Case] = field(default_factory=list)
+    results: list[tuple[list[dict], list[dict]]] = field(default_factory=list)
+
+
+class _Planner:
+    def __init__(self, ctx: Context, rec: Recorder, groups: tuple[RuleGroup, ...], spec_name: str):
+        self.ctx, self.rec, self.groups, self.spec_name = ctx, rec, groups, spec_name
+        self.alerts = [r for g in groups for r in g.rules if isinstance(r, AlertRule)]
+        self.by_name: dict[str, list[AlertRule]] = {}
+        for a in self.alerts:
+            self.by_name.setdefault(a.name, []).append(a)
+        self.recording = [r for g in groups for r in g.rules if isinstance(r, RecordingRule)]
+        ident = identity(ctx)
+        assert ident is not None
+        self.env = Env(ctx, ident, _minutes(ctx.window), discover_slos(ctx, groups))
+        self.env.healthy = healthy_fleet(self.env, self.alerts)
+        self.notes: list[str] = []
+
+    # --- what an alert reads ------------------------------------------------------------------
+    def deps(self, exprs: list[str]) -> set[str]:
+        """Exported series the expressions read, through the recording rules whose labels match."""
+        out: set[str] = set()
+        todo, seen = list(exprs), set()
+        while todo:
+            for sel in selectors(promql_parser.parse(todo.pop())):
+                equal = {m.name: m.value for m in sel.matchers.matchers if m.op == promql_parser.MatchOp.Equal}
+                rules = [r for r in self.recording if r.record == sel.name]
+                if not rules:
+                    out.add(sel.name)
+                for i, r in enumerate(rules):
+                    if (sel.name, i) not in seen and all(equal.get(k, v) == v for k, v in r.labels):
+                        seen.add((sel.name, i))
+                        todo.append(r.expr)
+        return out
+
+    def probe(self, name: str) -> Probe | None:
+        if name in PROBES:
+            return PROBES[name]
+        slo = dict(self.by_name[name][0].labels).get("slo")
+        return slo_probe(self.env.slos[slo]) if slo in self.env.slos else None
+
+    def fires(self, probe: Probe, rule: AlertRule, fleet: Fleet, at: int, value: float) -> bool | None:
+        """Whether the rule fires on the fleet; None when the value is within rounding of a threshold."""
+        if not fleet.engine_up and probe.labels not in _ENGINE_FREE:
+            return False
+        if probe.slo is not None:
+            return slo_fires(self.env, self.env.slos[probe.slo], rule, fleet, at)
+        if not probe.thresholded:
+            return True
+        found = threshold(rule)
+        if found is None:
+            raise ValueError(f"cannot read the threshold of {rule.name}: {rule.expr}")
+        op, t = found
+        if math.isnan(value) or (value != t and math.isclose(value, t, rel_tol=1e-9, abs_tol=1e-12)):
+            return None
+        return _COMPARE[op](value, t)
+
+    def own_minutes(self, name: str, probe: Probe) -> int:
+        minutes = self.env.window + max(_minutes(r.for_) for r in self.by_name[name]) + MARGIN_MINUTES
+        return max(minutes, SLO_MINUTES) if probe.slo else minutes
+
+    # --- expectations ---------------------------------------------------------------------------
+    def series_labels(self, probe: Probe) -> dict[str, str]:
+        ctx, ident = self.ctx, self.env.ident
+        if probe.labels == "process":
+            return {k: ident.process[k] for k in ctx.process_group}
+        if probe.labels == "up":
+            return dict(ident.process)
+        if probe.labels == "absent":
+            return dict(ctx.selector)
+        labels = {k: ident.engine[k] for k in ctx.group}
+        if probe.labels == "quantile":
+            labels["quantile"] = "0.99"
+        if probe.labels == "slo":
+            labels["slo"] = probe.slo or ""
+        return labels
+
+    def expected(self, probe: Probe, rule: AlertRule, value: float, exact: bool) -> dict | None:
+        """promtool's exp_alerts entry; None if the value is not exact and rounding noise could change the text."""
+        series = self.series_labels(probe)
+        texts = []
+        for v in (value,) if exact else (value, value * (1 + 1e-9), value * (1 - 1e-9)):
+            texts.append(
+                {
+                    "summary": expand(rule.summary, series, v),
+                    "description": expand(rule.description, series, v),
+                    "runbook_url": expand(rule.runbook_url, series, v),
+                }
+            )
+        if any(t != texts[0] for t in texts):
+            return None
+        return {"exp_labels": dict(sorted({**series, **dict(rule.labels)}.items())), "exp_annotations": texts[0]}
+
+    def expr_tests(self, probe: Probe | None, fleet: Fleet, at: int) -> list[dict] | None:
+        """promql_expr_tests of key recorded series (all of them on the healthy fleet, probe None);
+        None if a value cannot be predicted to the last digit."""
+        env, rec, healthy = self.env, self.rec, probe is None
+        group = {k: env.ident.engine[k] for k in self.ctx.group}
+        checks: list[tuple[str, str, dict[str, str], object]] = []
+        if (healthy or probe is PROBES["VllmTtftP99High"]) and "ttft_quantile" in rec.names:
+            p99 = (("quantile", "=", "0.99"),)
+            labels = {**group, "quantile": "0.99"}
+            value = lambda: quantile_of(self.ctx, fleet, "ttft", 0.99, env.window, at, env.ranks)  # noqa: E731
+            checks.append((rec.ref("ttft_quantile", p99), rec.names["ttft_quantile"], labels, value))
+        if (healthy or probe is PROBES["VllmSuccessRatioLow"]) and "success_ratio" in rec.names:
+            value = lambda: success_value(env, fleet, at)  # noqa: E731
+            checks.append((rec.ref("success_ratio"), rec.names["success_ratio"], group, value))
+        for slo in env.slos.values():
+            if probe is None or probe.slo == slo.name:
+                name = naming.record("slo_burn_rate", f"rate{slo.shortest}")
+                value = lambda slo=slo: burn_rate(env, slo, fleet, at)  # noqa: E731
+                expr = self.ctx.recorded(name, (("slo", "=", slo.name),))
+                checks.append((expr, name, {**group, "slo": slo.name}, value))
+        out = []
+        for expr, name, labels, compute in checks:
+            env.inexact = False
+            value = compute()  # type: ignore[operator]
+            if env.inexact or math.isnan(value):
+                if not healthy:
+                    return None
+                continue
+            sample = {"labels": _sample_text(name, labels), "value": value}
+            out.append({"expr": expr, "eval_time": f"{at}m", "exp_samples": [sample]})
+        return out
+
+    def realize(self, case: Case, fleet: Fleet, at: int) -> tuple[list[dict], list[dict]] | None:
+        """The case's alert_rule_tests and promql_expr_tests on a fleet evaluated at `at`,
+        or None if there it would not fire exactly its severities with a predictable text."""
+        env = self.env
+        env.inexact = False
+        value = case.probe.value(env, fleet, at)
+        exact = not (env.inexact or case.probe.approximate)
+        states = [self.fires(case.probe, r, fleet, at, value) for r in case.rules]
+        if None in states or tuple(r.severity for r, s in zip(case.rules, states) if s) != case.severities:
+            return None
+        expected = [self.expected(case.probe, r, value, exact) for r, s in zip(case.rules, states) if s]
+        if None in expected:
+            return None
+        exprs: list[dict] | None = []
+        if case.checks_exprs:
+            exprs = self.expr_tests(case.probe, fleet, at)
+            if exprs is None:
+                return None
+        alert_tests = []
+        for_ = max(_minutes(r.for_) for r in case.rules)
+        if for_ >= 2:  # still pending one minute before `for` has passed
+            alert_tests.append({"eval_time": f"{for_ - 1}m", "alertname": case.name, "exp_alerts": []})
+        alert_tests.append({"eval_time": f"{at}m", "alertname": case.name, "exp_alerts": expected})
+        return alert_tests, exprs
+
+    # --- cases -------------------------------------------------------------------------------------
+    def cases(self, name: str) -> list[Case]:
+        """Firing cases of one alert: the mildest fault for each set of severities it can fire,
+        ending with the one that fires every severity."""
+        rules = self.by_name[name]
+        probe = self.probe(name)
+        if probe is None:
+            self.notes.append(f"{name}: no scenario known for this alert")
+            return []
+        every = tuple(r.severity for r in rules)
+        out: list[Case] = []
+        # SLO alerts' long-window traffic gates may need more history than the first guess
+        for at in (self.own_minutes(name, probe), *((60, 120, 240) if probe.slo else ())):
+            try:
+                out = self.cases_at(name, probe, at)
+            except ValueError as exc:  # an alert whose shape the probes do not know
+                self.notes.append(f"{name}: {exc}")
+                return []
+            if any(c.severities == every for c in out):
+                return sorted(out, key=lambda c: c.severities != every)
+        self.notes.append(f"{name}: no input the fleet can produce makes every severity fire")
+        return out
+
+    def cases_at(self, name: str, probe: Probe, at: int) -> list[Case]:
+        rules = self.by_name[name]
+        env, healthy = self.env, self.env.healthy
+        assert healthy is not None
+        limits = tuple(t[1] for r in rules if (t := threshold(r)))
+        needs = self.deps([r.expr for r in rules]) | set(probe.needs)
+        every = tuple(r.severity for r in rules)
+        out: list[Case] = []
+        fallback: Case | None = None
+        for param in probe.params(env, limits):
+            try:
+                fleet = probe.fault(env, healthy, param)
+            except ValueError:
+                continue
+            env.inexact = False
+            value = probe.value(env, fleet, at)
+            states = [self.fires(probe, r, fleet, at, value) for r in rules]
+            if None in states or not any(states):
+                continue
+            severities = tuple(r.severity for r, s in zip(rules, states) if s)
+            if any(c.severities == severities for c in out):
+                continue
+            case = Case(name, probe, rules, param, severities, at, set(needs), severities == every)
+            if self.realize(case, fleet, at) is None:
+                if case.checks_exprs:  # keep looking for one whose recorded values are predictable
+                    plain = replace(case, checks_exprs=False)
+                    if fallback is None and self.realize(plain, fleet, at) is not None:
+                        fallback = plain
+                continue
+            out.append(case)
+            if case.checks_exprs:
+                break
+        if not any(c.severities == every for c in out) and fallback is not None:
+            out.append(fallback)
+        return out
+
+    def pack(self, cases: list[Case]) -> list[Pack]:
+        """First fit, longest first: a case joins a pack if, with all faults combined, every case
+        in it still fires exactly its severities with the same texts."""
+        assert self.env.healthy is not None
+        packs: list[Pack] = []
+        for case in sorted(cases, key=lambda c: -c.minutes):
+            for pack in packs:
+                try:
+                    fleet = case.probe.fault(self.env, pack.fleet, case.param)
+                except ValueError:
+                    continue
+                at = max(pack.minutes, case.minutes)
+                results = [self.realize(c, fleet, at) for c in (*pack.cases, case)]
+                if all(r is not None for r in results):
+                    pack.fleet, pack.minutes = fleet, at
+                    pack.cases.append(case)
+                    pack.results = results  # type: ignore[assignment]
+                    break
+            else:
+                fleet = case.probe.fault(self.env, self.env.healthy, case.param)
+                result = self.realize(case, fleet, case.minutes)
+                assert result is not None
+                packs.append(Pack(fleet, case.minutes, [case], [result]))
+        return packs
+
+    def healthy_group(self, cases: list[Case]) -> dict:
+        env, healthy = self.env, self.env.healthy
+        assert healthy is not None
+        at = max([self.own_minutes(n, p) for n in self.by_name if (p := self.probe(n))] or [MARGIN_MINUTES])
+        names = []
+        for name, rules in self.by_name.items():
+            probe = self.probe(name)
+            if probe is not None and probe.thresholded:
+                value = probe.value(env, healthy, at)
+                try:
+                    quiet = all(self.fires(probe, r, healthy, at, value) is False for r in rules)
+                except ValueError:
+                    quiet = False
+                if not quiet:
+                    self.notes.append(f"{name}: the healthy fleet cannot stay below every threshold")
+                    continue
+            names.append(name)
+        needs = self.deps([a.expr for a in self.alerts]) | {"up"}
+        exprs = self.expr_tests(None, healthy, at) or []
+        needs |= self.deps([t["expr"] for t in exprs])
+        series = input_series(self.ctx, healthy, env.ident, needs, at)
+        other = identity(self.ctx, foreign=True)
+        if other is not None:  # every fault at once on a fleet outside the selector: must change nothing
+            worst = healthy
+            for case in cases:
+                if case.probe is not PROBES["VllmMetricsAbsent"]:
+                    try:
+                        worst = case.probe.fault(env, worst, case.param)
+                    except ValueError:
+                        pass
+            series += input_series(self.ctx, worst, other, needs, at)
+        group: dict = {"name": "healthy fleet: no alert fires", "interval": EVALUATION_INTERVAL, "input_series": series}
+        group["alert_rule_test"] = [{"eval_time": f"{at}m", "alertname": n, "exp_alerts": []} for n in names]
+        if exprs:
+            group["promql_expr_test"] = exprs
+        return group
+
+    def pack_group(self, pack: Pack) -> dict:
+        exprs = [t for _, e in pack.results for t in e]
+        needs = set().union(*(c.needs for c in pack.cases)) | self.deps([t["expr"] for t in exprs])
+        group: dict = {
+            "name": "faults: " + "; ".join(c.title for c in pack.cases),
+            "interval": EVALUATION_INTERVAL,
+            "input_series": input_series(self.ctx, pack.fleet, self.env.ident, needs, pack.minutes),
+            "alert_rule_test": [t for alerts, _ in pack.results for t in alerts],
+        }
+        if exprs:
+            group["promql_expr_test"] = exprs
+        return group
+
+    def document(self, tests: list[dict]) -> dict:
+        prefix = naming.group(self.spec_name, "")
+        files = list(dict.fromkeys(f"../{g.name.removeprefix(prefix)}.rules.yaml" for g in self.groups))
+        return {
+            "rule_files": files,
+            "evaluation_interval": EVALUATION_INTERVAL,
+            "group_eval_order": [g.name for g in self.groups],
+            "tests": tests,
+        }
+
+
+def build_unit_tests(
+    ctx: Context, rec: Recorder, groups: tuple[RuleGroup, ...], spec_name: str
+) -> tuple[tuple[str, dict], ...]:
+    """(file name, promtool test document) pairs: written to prometheus/tests/<file name>,
+    run by `promtool test rules` from prometheus/ (rule_files are relative to the test file)."""
+    return _build(ctx, rec, groups, spec_name)[0]
+
+
+def _build(ctx, rec, groups, spec_name) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
+    p = _Planner(ctx, rec, groups, spec_name)
+    if not p.alerts:
+        return (), []
+    cases = [c for name in p.by_name for c in p.cases(name)]
+    files = [("healthy.test.yaml", p.document([p.healthy_group(cases)]))]
+    if cases:
+        files.insert(0, ("alerts.test.yaml", p.document([p.pack_group(pack) for pack in p.pack(cases)])))
+    return tuple(files), p.notes
+
+
+def build_unit_tests_and_notes(
+    ctx: Context, rec: Recorder, groups: tuple[RuleGroup, ...], spec_name: str
+) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
+    """Unit tests plus notes on the alerts they cannot make fire."""
+    return _build(ctx, rec, groups, spec_name)
+
+
+def unit_tests_for(doc) -> tuple[tuple[str, dict], ...]:
+    """(file name, promtool test document) pairs of a loaded spec."""
+    return unit_tests_and_notes(doc)[0]
+
+
+def unit_tests_and_notes(doc) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
+    """Unit tests of a spec plus notes on what they cannot cover."""
+    from genobs.plan import build_plan
+
+    plan = build_plan(doc)
+    return plan.unit_tests, list(plan.warnings)

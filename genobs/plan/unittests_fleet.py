@@ -1,0 +1,370 @@
+"""Part of the `plan` stage (promtool unit tests): a simulated vLLM fleet whose
+state is a handful of knobs, the input series it exports, and the PromQL
+arithmetic (rate, sum, histogram_quantile) that predicts what Prometheus computes."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from prometheus_client.utils import floatToGoString
+
+from genobs import promql as q
+from genobs.plan.context import Context
+
+# Fleet-wide rates: round numbers that split evenly over two data-parallel ranks.
+# Values compared to the last digit avoid sums whose rounding depends on the order
+# Prometheus adds series in (see exact_sum).
+REQUESTS = 100  # finished requests per second (also observations/s of request histograms)
+TOKENS = 2000  # generated tokens per second (observations/s of the inter-token histogram)
+DRAFTS = 1000  # speculative draft tokens per second
+RSS_AT_EVAL = 6_000_000_000  # API-server resident memory (bytes) at the scenario's evaluation time
+INSTANCE = "10.0.0.1:8000"
+OTHER_INSTANCE = "10.0.9.9:8000"
+# typical value (upper bucket bound) of each histogram in a healthy fleet
+TYPICAL = {
+    "ttft": 0.5,
+    "itl": 0.05,
+    "tpot": 0.05,
+    "e2e": 20.0,
+    "queue_time": 0.3,
+    "prefill_time": 0.5,
+    "decode_time": 20.0,
+    "nixl_xfer_time": 0.05,
+    "nixl_bytes": 1_000_000.0,
+    "prompt_length": 2000.0,
+    "generation_length": 500.0,
+}
+# counters with a fixed fleet-wide rate (per second)
+FIXED_RATES = {
+    "prompt_tokens": 40_000,
+    "prefix_cache_queries": 40_000,
+    "prefix_cache_hits": 20_000,
+    "spec_decode_draft_tokens": DRAFTS,
+    "spec_decode_drafts": DRAFTS // 4,
+}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Labels the fleet's series carry."""
+
+    engine: dict[str, str]  # every engine series (besides engine, le, finished_reason)
+    process: dict[str, str]  # API-server process series and `up`
+    ranks: tuple[str | None, ...]  # values of the engine (data-parallel rank) label; None: no such label
+
+
+def identity(ctx: Context, foreign: bool = False) -> Identity | None:
+    """The spec's fleet, or (foreign) one the spec's selector must not match (None if every series matches)."""
+    labels = dict(ctx.selector)
+    instance = INSTANCE
+    if foreign:
+        if not ctx.selector:
+            return None
+        first = ctx.selector[0][0]
+        labels[first] = f"{labels[first]}-other"
+        instance = OTHER_INSTANCE
+    engine = {"model_name": ctx.models[0] if ctx.models else "m1", **labels}
+    engine.setdefault("instance", instance)
+    for label in (*ctx.group, *ctx.process_group):
+        engine.setdefault(label, f"{label}-a")
+    # process series carry no model_name, unless the selector itself requires one
+    process = {k: v for k, v in engine.items() if k != "model_name" or k in labels}
+    ranks: tuple[str | None, ...] = ("0", "1") if ctx.version >= ctx.catalog.engine_label_since else (None,)
+    return Identity(engine, process, ranks)
+
+
+Dist = tuple[tuple[int, int], ...]  # (bucket index, observations/s over the fleet); index len(bounds) = +Inf
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The knobs of a simulated fleet; faults are copies with one knob turned."""
+
+    finish: tuple[tuple[str, int], ...]  # finished_reason -> requests/s (sums to REQUESTS)
+    latency: tuple[tuple[str, Dist], ...]  # histogram key -> distribution of observations
+    speed: float  # output tokens/s each user sees (TOKENS / ITL sum rate)
+    acceptance: int  # % of draft tokens accepted
+    kv: tuple[float, float]  # KV-cache usage of rank 0, of the other ranks
+    waiting: int
+    running: int = 8
+    preemptions: float = 0.0  # per second over the fleet
+    nixl_failed: float = 0.0  # failed transfers per second
+    rss_growth: int = 0  # API-server RSS growth per hour, % of RSS_AT_EVAL
+    generating: bool = True  # the generation-token counter advances
+    engine_up: bool = True  # the engine exports its series at all
+    target_up: bool = True  # value of `up`
+    extra_bounds: tuple[tuple[str, tuple[float, ...]], ...] = field(default=())  # SLO thresholds added as buckets
+
+    def reasons(self) -> dict[str, int]:
+        return dict(self.finish)
+
+    def dist(self, key: str) -> Dist:
+        return dict(self.latency).get(key) or ((0, observations(key)),)
+
+    def with_share(self, reason: str, rate: int, slack: str = "stop") -> Fleet:
+        """`reason` finishes at `rate` req/s; `slack` absorbs the difference (total stays REQUESTS)."""
+        out = self.reasons()
+        out[slack] = out.get(slack, 0) + out.get(reason, 0) - rate
+        out[reason] = rate
+        if out[slack] < 0:
+            raise ValueError(f"no {slack} finishes left to turn into {reason}")
+        return replace(self, finish=tuple(sorted(out.items())))
+
+    def with_dist(self, key: str, dist: Dist) -> Fleet:
+        return replace(self, latency=tuple(sorted({**dict(self.latency), key: dist}.items())))
+
+
+def canonical(ctx: Context, key: str) -> str:
+    """The key that stands for a series: some versions export one histogram under two keys
+    (vLLM before 0.11 has ITL and TPOT both as time_per_output_token_seconds)."""
+    name = ctx.metric(key)
+    return min(k for k in ctx.catalog.metrics if ctx.has(k) and ctx.metric(k) == name)
+
+
+def observations(key: str) -> int:
+    return TOKENS if key == "itl" else REQUESTS
+
+
+def bounds(ctx: Context, key: str, fleet: Fleet | None = None) -> tuple[float, ...]:
+    """Bucket upper bounds the engine exports for a histogram (default buckets plus any SLO thresholds)."""
+    extra = dict(fleet.extra_bounds).get(key, ()) if fleet else ()
+    return tuple(sorted(set(ctx.catalog.metric(key).buckets_for(ctx.version)) | set(extra)))
+
+
+# --- PromQL arithmetic ----------------------------------------------------------
+
+
+def num(x: float) -> str:
+    """A number as promtool's series notation and YAML read it back exactly."""
+    x = float(x)
+    return str(int(x)) if x == int(x) and abs(x) < 1e15 else repr(x)
+
+
+def per_minute(total_per_second: float, ranks: int) -> float:
+    return float(num(Fraction(total_per_second) / ranks * 60))
+
+
+@functools.cache
+def prom_rate(increment: float, window_minutes: int, at_minute: int) -> float:
+    """rate(x[window]) at minute `at_minute` of a counter written as 0+<increment>x<n> (one sample a
+    minute from minute 0; promtool adds the increment repeatedly), with Prometheus 2.x's
+    extrapolation: the window holds the samples at both of its ends."""
+    value, values = 0.0, [0.0]
+    for _ in range(at_minute):
+        value += increment
+        values.append(value)
+    first = max(0, at_minute - window_minutes)
+    if at_minute - first < 1:
+        return math.nan
+    delta = values[at_minute] - values[first]
+    sampled = (at_minute - first) * 60.0
+    average = sampled / (at_minute - first)
+    to_start = (first - (at_minute - window_minutes)) * 60.0
+    if delta > 0 and values[first] >= 0:
+        to_start = min(to_start, sampled * (values[first] / delta))
+    limit = average * 1.1
+    interval = sampled + (to_start if to_start < limit else average / 2) + 0.0  # the last sample is at the end
+    factor = interval / sampled / (window_minutes * 60.0)
+    return delta * factor
+
+
+class Indeterminate(ArithmeticError):
+    """A sum whose rounding depends on the order Prometheus adds the series in."""
+
+
+def exact_sum(values: Iterable[float]) -> float:
+    """Sum of series values, independent of the order Prometheus adds them in (which varies from
+    run to run): all non-zero values equal, or all partial sums exact. Else Indeterminate."""
+    values = [float(v) for v in values]
+    nonzero = {v for v in values if v != 0}
+    if len(nonzero) <= 1:
+        out = 0.0
+        for v in values:
+            out += v
+        return out
+    fractions = [Fraction(v) for v in values]
+    unit = max(f.denominator for f in fractions)
+    if all(f >= 0 for f in fractions) and sum(fractions) * unit < 2**53:
+        return float(sum(fractions))
+    raise Indeterminate(f"the sum of {sorted(nonzero)} depends on the order of addition")
+
+
+def approx_sum(values: Iterable[float]) -> float:
+    """Sum of series values, correctly rounded (Prometheus' result may differ in the last digit)."""
+    return float(sum((Fraction(float(v)) for v in values), Fraction(0)))
+
+
+@functools.cache
+def fleet_rate(total_per_second: float, ranks: int, window_minutes: int, at_minute: int) -> float:
+    """sum(rate()) over the ranks of a counter that grows by total_per_second over the fleet."""
+    inc = per_minute(total_per_second, ranks)
+    return exact_sum(prom_rate(inc, window_minutes, at_minute) for _ in range(ranks))
+
+
+def bucket_quantile(quantile: float, buckets: list[tuple[float, float]]) -> float:
+    """histogram_quantile over (upper bound, cumulative count) pairs, as Prometheus 2.x computes it."""
+    if quantile < 0:
+        return -math.inf
+    if quantile > 1:
+        return math.inf
+    buckets = sorted(buckets)
+    if not buckets or not math.isinf(buckets[-1][0]):
+        return math.nan
+    merged: list[list[float]] = []
+    for upper, count in buckets:  # coalesce equal bounds
+        if merged and merged[-1][0] == upper:
+            merged[-1][1] += count
+        else:
+            merged.append([upper, count])
+    for i in range(1, len(merged)):  # ensure monotonic
+        merged[i][1] = max(merged[i][1], merged[i - 1][1])
+    if len(merged) < 2:
+        return math.nan
+    observations_ = merged[-1][1]
+    if observations_ == 0:
+        return math.nan
+    rank = quantile * observations_
+    b = next((i for i in range(len(merged) - 1) if merged[i][1] >= rank), len(merged) - 1)
+    if b == len(merged) - 1:
+        return merged[-2][0]
+    if b == 0 and merged[0][0] <= 0:
+        return merged[0][0]
+    start, end, count = 0.0, merged[b][0], merged[b][1]
+    if b > 0:
+        start = merged[b - 1][0]
+        count -= merged[b - 1][1]
+        rank -= merged[b - 1][1]
+    return start + (end - start) * (rank / count)
+
+
+def quantile_of(ctx: Context, fleet: Fleet, key: str, quantile: float, window: int, at: int, ranks: int) -> float:
+    """The recorded histogram_quantile of a histogram key, from the fleet's bucket counters."""
+    key = canonical(ctx, key)
+    bs = bounds(ctx, key, fleet)
+    pairs = []
+    for i, upper in enumerate((*bs, math.inf)):
+        cumulative = sum(n for j, n in fleet.dist(key) if j <= i)
+        pairs.append((upper, fleet_rate(cumulative, ranks, window, at)))
+    return bucket_quantile(quantile, pairs)
+
+
+# --- input series ---------------------------------------------------------------
+
+
+def _series(name: str, labels: dict[str, str], values: str) -> dict:
+    inner = ",".join(f"{k}={q.quote(v)}" for k, v in sorted(labels.items()) if k != "__name__")
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+def _counter(total_per_second: float, ranks: int, minutes: int) -> str:
+    return f"0+{num(per_minute(total_per_second, ranks))}x{minutes}"
+
+
+def _gauge(value: float, minutes: int, step: float = 0.0) -> str:
+    sign = "-" if step < 0 else "+"
+    return f"{num(value)}{sign}{num(abs(step))}x{minutes}"
+
+
+def _split(total: int, ranks: int) -> list[int]:
+    return [total // ranks + (1 if i < total % ranks else 0) for i in range(ranks)]
+
+
+def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], minutes: int) -> list[dict]:
+    """promtool input_series for every exported series whose name is in `needed`."""
+    out: list[dict] = []
+    n = len(ident.ranks)
+
+    def engine_labels(rank: str | None, **extra: str) -> dict[str, str]:
+        labels = dict(ident.engine)
+        if rank is not None:
+            labels["engine"] = rank
+        return {**labels, **extra}
+
+    if "up" in needed:
+        out.append(_series("up", ident.process, _gauge(1 if fleet.target_up else 0, minutes)))
+    for key in sorted(ctx.catalog.metrics):
+        if not ctx.has(key) or canonical(ctx, key) != key:
+            continue
+        m = ctx.catalog.metric(key)
+        base = ctx.metric(key)
+        if m.process:
+            if base in needed:
+                out.extend(_process(ctx, key, base, fleet, ident, minutes))
+            continue
+        if not fleet.engine_up:
+            continue
+        if m.type == "histogram":
+            out.extend(_histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ident.ranks))
+        elif base in needed and m.type == "counter":
+            for labels, rate in _counter_rates(ctx, key, fleet):
+                for rank in ident.ranks:
+                    out.append(_series(base, engine_labels(rank, **labels), _counter(rate, n, minutes)))
+        elif base in needed:
+            for i, rank in enumerate(ident.ranks):
+                out.append(_series(base, engine_labels(rank), _gauge(_gauge_value(key, fleet, i, n), minutes)))
+    return out
+
+
+def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str, str], float]]:
+    if key == "request_success":
+        reasons = fleet.reasons()
+        return [({"finished_reason": r}, reasons.get(r, 0)) for r in ctx.catalog.reasons_for(ctx.version)]
+    rates = {
+        "generation_tokens": TOKENS if fleet.generating else 0,
+        "preemptions": fleet.preemptions,
+        "nixl_failed_transfers": fleet.nixl_failed,
+        "spec_decode_accepted_tokens": DRAFTS * fleet.acceptance // 100,
+        **FIXED_RATES,
+    }
+    return [({}, rates.get(key, 1))]
+
+
+def _gauge_value(key: str, fleet: Fleet, rank: int, ranks: int) -> float:
+    if key == "requests_running":
+        return _split(fleet.running, ranks)[rank]
+    if key == "requests_waiting":
+        return _split(fleet.waiting, ranks)[rank]
+    if key == "kv_cache_usage":
+        return fleet.kv[0] if rank == 0 else fleet.kv[1]
+    if key == "spec_decode_acceptance_gauge":
+        return fleet.acceptance / 100
+    return 0.5
+
+
+def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> list[dict]:
+    out: list[dict] = []
+    n = len(ranks)
+    dist = fleet.dist(key)
+    total = sum(c for _, c in dist)
+    bs = bounds(ctx, key, fleet)
+    if f"{base}_bucket" in needed:
+        for i, upper in enumerate((*bs, math.inf)):
+            cumulative = sum(c for j, c in dist if j <= i)
+            le = floatToGoString(upper)
+            for rank in ranks:
+                out.append(_series(f"{base}_bucket", engine_labels(rank, le=le), _counter(cumulative, n, minutes)))
+    if key == "itl":
+        sum_rate = Fraction(TOKENS) / Fraction(fleet.speed)
+    else:  # every observation at the upper bound of its bucket (the last finite bound for +Inf)
+        sum_rate = sum(Fraction(c) * Fraction(bs[min(j, len(bs) - 1)]) for j, c in dist)
+    for suffix, rate in (("_sum", sum_rate), ("_count", total)):
+        if f"{base}{suffix}" in needed:
+            for rank in ranks:
+                out.append(_series(f"{base}{suffix}", engine_labels(rank), _counter(rate, n, minutes)))
+    return out
+
+
+def _process(ctx: Context, key: str, base: str, fleet: Fleet, ident: Identity, minutes: int) -> list[dict]:
+    if key == "process_rss":
+        step = RSS_AT_EVAL * fleet.rss_growth // 6000  # bytes per minute: growth% of RSS_AT_EVAL per hour
+        return [_series(base, ident.process, _gauge(RSS_AT_EVAL - step * minutes, minutes, step))]
+    if key == "gc_collections":
+        return [
+            _series(base, {**ident.process, "generation": g}, _counter(rate, 1, minutes))
+            for g, rate in (("0", 4), ("1", 0.5), ("2", 0.125))
+        ]
+    return [_series(base, ident.process, _gauge(1, minutes))]

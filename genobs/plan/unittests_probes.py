@@ -1,0 +1,345 @@
+"""Part of the `plan` stage (promtool unit tests): for each alert, the fleet knob
+that breaks it, the candidate settings from mild to severe, the value the alert
+then reports (computed from the input series) and the labels it carries."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from genobs.plan.alerts import LATENCY_ALERTS
+from genobs.plan.context import Context
+from genobs.plan.model import AlertRule
+from genobs.plan.unittests_fleet import (
+    DRAFTS,
+    REQUESTS,
+    RSS_AT_EVAL,
+    TOKENS,
+    TYPICAL,
+    Fleet,
+    Identity,
+    Indeterminate,
+    approx_sum,
+    bounds,
+    bucket_quantile,
+    canonical,
+    exact_sum,
+    fleet_rate,
+    observations,
+    quantile_of,
+)
+
+if TYPE_CHECKING:
+    from genobs.plan.unittests_slo import SloDef
+
+# output speeds (tok/s/user) the fleet can show exactly: TOKENS / speed is a whole number
+SPEEDS = (1000, 500, 400, 250, 200, 125, 100, 80, 50, 40, 25, 20, 16, 10, 8, 5, 4, 2, 1, 0.5, 0.25, 0.125)
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+
+@dataclass
+class Env:
+    """What the probes share: the spec's context, the fleet's labels, the rate window."""
+
+    ctx: Context
+    ident: Identity
+    window: int  # minutes of the recording rules' rate window
+    slos: dict[str, SloDef]
+    healthy: Fleet | None = None
+    inexact: bool = False  # set when a computed value may differ from Prometheus' in the last digit
+
+    def sum(self, values: Iterable[float]) -> float:
+        values = list(values)
+        try:
+            return exact_sum(values)
+        except Indeterminate:
+            self.inexact = True
+            return approx_sum(values)
+
+    @property
+    def ranks(self) -> int:
+        return len(self.ident.ranks)
+
+    def rate(self, total_per_second: float, at: int, window: int | None = None) -> float:
+        return fleet_rate(total_per_second, self.ranks, window or self.window, at)
+
+    def finish_rate(self, fleet: Fleet, reasons: Iterable[str], at: int) -> float:
+        rates = fleet.reasons()
+        return self.sum(self.rate(rates.get(r, 0), at) for r in reasons)
+
+    def all_reasons(self) -> tuple[str, ...]:
+        return self.ctx.catalog.reasons_for(self.ctx.version)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How to make one alert fire and what it then reports."""
+
+    labels: str  # group | quantile | process | up | absent | slo
+    value: Callable[[Env, Fleet, int], float]  # the alert's $value at a minute
+    fault: Callable[[Env, Fleet, object], Fleet]  # the fleet with the knob set to a candidate
+    params: Callable[[Env, tuple[float, ...]], Iterable[object]]  # candidates, mild to severe
+    thresholded: bool = True
+    needs: tuple[str, ...] = ()  # input series beyond what the alert reads
+    slo: str | None = None
+    approximate: bool = False  # value() may differ from Prometheus' in the last digits
+
+
+def threshold(rule: AlertRule) -> tuple[str, float] | None:
+    """(operator, threshold) of a thresholded alert: from the rule, else read from `<query> <op> <number>`."""
+    if rule.threshold is not None and rule.comparator in _COMPARE:
+        return rule.comparator, rule.threshold
+    if not rule.query or not rule.expr.startswith(rule.query):
+        return None
+    parts = rule.expr[len(rule.query) :].split()
+    if len(parts) < 2 or parts[0] not in _COMPARE:
+        return None
+    try:
+        return parts[0], float(parts[1])
+    except ValueError:
+        return None
+
+
+# --- probes of the built-in alerts ---------------------------------------------------------------
+
+
+def _latency(alias: str) -> Probe:
+    def fault(env: Env, fleet: Fleet, tail: object) -> Fleet:
+        key = canonical(env.ctx, alias)
+        body = fleet.dist(key)[0][0]
+        n = observations(key)
+        assert isinstance(tail, int)
+        return fleet.with_dist(key, ((body, n * 96 // 100), (tail, n * 4 // 100)))
+
+    def params(env: Env, _: tuple[float, ...]) -> Iterable[object]:
+        assert env.healthy is not None
+        key = canonical(env.ctx, alias)
+        body = env.healthy.dist(key)[0][0]
+        return range(body + 1, len(bounds(env.ctx, key, env.healthy)) + 1)
+
+    return Probe(
+        "quantile",
+        lambda env, fleet, at: quantile_of(env.ctx, fleet, alias, 0.99, env.window, at, env.ranks),
+        fault,
+        params,
+    )
+
+
+def _finish_share(reason: str) -> Probe:
+    def value(env: Env, fleet: Fleet, at: int) -> float:
+        return env.finish_rate(fleet, (reason,), at) / env.finish_rate(fleet, env.all_reasons(), at)
+
+    return Probe(
+        "group",
+        value,
+        lambda env, fleet, k: fleet.with_share(reason, k),  # type: ignore[arg-type]
+        lambda env, _: range(1, REQUESTS + 1),
+    )
+
+
+def _bad_reason(env: Env) -> str:
+    return "error" if "error" in env.all_reasons() else "abort"
+
+
+def success_value(env: Env, fleet: Fleet, at: int) -> float:
+    return env.finish_rate(fleet, ("stop",), at) / env.finish_rate(fleet, env.all_reasons(), at)
+
+
+_SUCCESS = Probe(
+    "group",
+    success_value,
+    lambda env, fleet, k: fleet.with_share("stop", k, slack=_bad_reason(env)),  # type: ignore[arg-type]
+    lambda env, _: range(REQUESTS - 1, -1, -1),
+)
+
+
+def _speed_value(env: Env, fleet: Fleet, at: int) -> float:
+    return env.rate(TOKENS, at) / env.rate(TOKENS / fleet.speed, at)
+
+
+_SPEED = Probe(
+    "group",
+    _speed_value,
+    lambda env, fleet, v: _with(fleet, speed=v),
+    lambda env, _: [v for v in SPEEDS if env.healthy and v < env.healthy.speed],
+)
+
+
+def _acceptance_value(env: Env, fleet: Fleet, at: int) -> float:
+    if env.ctx.has("spec_decode_accepted_tokens"):
+        return env.rate(DRAFTS * fleet.acceptance // 100, at) / env.rate(DRAFTS, at)
+    return fleet.acceptance / 100
+
+
+_ACCEPTANCE = Probe(
+    "group",
+    _acceptance_value,
+    lambda env, fleet, k: _with(fleet, acceptance=k),
+    lambda env, _: range(99, -1, -1),
+)
+
+
+def _kv_fault(env: Env, fleet: Fleet, k: object) -> Fleet:
+    assert isinstance(k, int)
+    return _with(fleet, kv=(k / 1000, fleet.kv[1]), waiting=max(fleet.waiting, 1))
+
+
+_KV = Probe(
+    "group",
+    lambda env, fleet, at: max(fleet.kv) if env.ranks > 1 else fleet.kv[0],
+    _kv_fault,
+    lambda env, _: range(round((env.healthy.kv[0] if env.healthy else 0) * 1000) + 1, 1001),
+)
+
+
+def _quarter_steps(_: Env, thresholds: tuple[float, ...]) -> list[float]:
+    """Rates just above each threshold, in quarters per second (exact per rank)."""
+    return sorted({(math.floor(t * 4) + 1) / 4 for t in thresholds if t >= 0})
+
+
+_PREEMPTIONS = Probe(
+    "group",
+    lambda env, fleet, at: env.rate(fleet.preemptions, at),
+    lambda env, fleet, r: _with(fleet, preemptions=r),
+    _quarter_steps,
+)
+_NIXL_FAILED = Probe(
+    "group",
+    lambda env, fleet, at: env.rate(fleet.nixl_failed, at),
+    lambda env, fleet, r: _with(fleet, nixl_failed=r),
+    _quarter_steps,
+)
+_WAITING = Probe(
+    "group",
+    lambda env, fleet, at: float(fleet.waiting),
+    lambda env, fleet, w: _with(fleet, waiting=w),
+    lambda env, thresholds: sorted({math.floor(t) + 1 for t in thresholds if t >= 0}),
+)
+
+
+def _rss_value(env: Env, fleet: Fleet, at: int) -> float:
+    slope = (RSS_AT_EVAL * fleet.rss_growth // 6000) / 60  # bytes per second
+    return slope * 3600 / RSS_AT_EVAL
+
+
+_RSS = Probe(
+    "process",
+    _rss_value,
+    lambda env, fleet, k: _with(fleet, rss_growth=k),
+    lambda env, _: range(1, 101),  # up to doubling per hour
+    approximate=True,  # deriv() is a least-squares fit
+)
+_TARGET_DOWN = Probe(
+    "up", lambda env, fleet, at: 0.0, lambda env, fleet, _: _with(fleet, target_up=False), lambda e, t: [None], False
+)
+_ABSENT = Probe(
+    "absent",
+    lambda env, fleet, at: 1.0,
+    lambda env, fleet, _: _with(fleet, engine_up=False),
+    lambda e, t: [None],
+    False,
+    needs=("up",),
+)
+_FROZEN = Probe(
+    "group",
+    lambda env, fleet, at: 0.0,  # $value is the frozen (zero) token rate
+    lambda env, fleet, _: _with(fleet, generating=False),
+    lambda e, t: [None],
+    False,
+)
+
+PROBES: dict[str, Probe] = {
+    "VllmTtftP99High": _latency("ttft"),
+    "VllmItlP99High": _latency("itl"),
+    "VllmE2eLatencyP99High": _latency("e2e"),
+    "VllmQueueTimeP99High": _latency("queue_time"),
+    "VllmNixlTransferTimeP99High": _latency("nixl_xfer_time"),
+    "VllmLengthFinishRatioHigh": _finish_share("length"),
+    "VllmAbortRatioHigh": _finish_share("abort"),
+    "VllmSuccessRatioLow": _SUCCESS,
+    "VllmOutputSpeedPerUserLow": _SPEED,
+    "VllmSpecDecodeAcceptanceLow": _ACCEPTANCE,
+    "VllmKvCacheSaturated": _KV,
+    "VllmPreemptionsSustained": _PREEMPTIONS,
+    "VllmNixlTransfersFailing": _NIXL_FAILED,
+    "VllmRequestsWaitingHigh": _WAITING,
+    "VllmApiServerRssGrowing": _RSS,
+    "VllmTargetDown": _TARGET_DOWN,
+    "VllmMetricsAbsent": _ABSENT,
+    "VllmMetricsFrozen": _FROZEN,
+}
+LATENCY_KEYS = {name: key for name, (key, _) in LATENCY_ALERTS.items()}
+
+
+def _with(fleet: Fleet, **changes) -> Fleet:
+    return replace(fleet, **changes)
+
+
+# --- the healthy fleet -----------------------------------------------------------------------------
+
+
+def _limits(env: Env, alerts: list[AlertRule], names: Iterable[str]) -> list[float]:
+    names = set(names)
+    out = []
+    for a in alerts:
+        if a.name in names:
+            found = threshold(a)
+            if found:
+                out.append(found[1])
+    return out
+
+
+def healthy_fleet(env: Env, alerts: list[AlertRule]) -> Fleet:
+    """A fleet no alert fires on: every signal comfortably on the good side of every threshold."""
+    ctx = env.ctx
+    extra: dict[str, set[float]] = {}
+    for slo in env.slos.values():
+        if slo.key is not None and slo.threshold is not None:
+            extra.setdefault(slo.key, set()).add(slo.threshold)
+    base = Fleet(
+        finish=tuple(sorted({r: (REQUESTS if r == "stop" else 0) for r in env.all_reasons()}.items())),
+        latency=(),
+        speed=40,
+        acceptance=75,
+        kv=(0.6, 0.45),
+        waiting=2,
+        extra_bounds=tuple(sorted((k, tuple(sorted(v))) for k, v in extra.items())),
+    )
+    latency = []
+    for key in sorted(ctx.catalog.metrics):
+        if ctx.catalog.metric(key).type != "histogram" or not ctx.has(key) or canonical(ctx, key) != key:
+            continue
+        bs = bounds(ctx, key, base)
+        limit = min([TYPICAL.get(key, bs[len(bs) // 2]), *extra.get(key, ())])
+        alerting = [n for n, k in LATENCY_KEYS.items() if ctx.has(k) and canonical(ctx, k) == key]
+        alert_limit = min(_limits(env, alerts, alerting), default=math.inf)
+        body = 0
+        for i, upper in enumerate(bs):
+            p99 = bucket_quantile(0.99, [(b, 0.0 if b < upper else 1.0) for b in (*bs, math.inf)])
+            if upper <= limit and p99 <= alert_limit / 2:
+                body = i
+        latency.append((key, ((body, observations(key)),)))
+    speed_limit = max(_limits(env, alerts, ["VllmOutputSpeedPerUserLow"]), default=20)
+    speed = min((v for v in SPEEDS if v >= 2 * speed_limit), default=max(SPEEDS))
+    acc_limit = max(_limits(env, alerts, ["VllmSpecDecodeAcceptanceLow"]), default=0.5)
+    acceptance = min(100, max(75, math.ceil((acc_limit + 1) / 2 * 100)))
+    kv_limit = min(_limits(env, alerts, ["VllmKvCacheSaturated"]), default=1.0)
+    kv0 = math.floor(min(0.6, kv_limit * 0.6) * 1000) / 1000
+    wait_limit = min(_limits(env, alerts, ["VllmRequestsWaitingHigh"]), default=10)
+    return _with(
+        base,
+        latency=tuple(latency),
+        speed=speed,
+        acceptance=acceptance,
+        kv=(kv0, math.floor(kv0 * 750) / 1000),
+        waiting=max(0, min(2, math.floor(wait_limit / 4))),
+    )

@@ -1,0 +1,198 @@
+"""Part of the `plan` stage (promtool unit tests): SLOs read back from their
+recording rules (SLI, threshold, budget, windows), the fault that burns their
+error budget and the burn rates Prometheus then computes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import promql_parser
+
+from genobs import naming
+from genobs.plan.context import Context
+from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
+from genobs.plan.unittests_fleet import Fleet, bounds, canonical, observations
+from genobs.plan.unittests_probes import _COMPARE, Env, Probe
+from genobs.units import prom_duration_seconds
+
+
+@dataclass(frozen=True)
+class SloDef:
+    """An SLO as its recording rules define it."""
+
+    name: str
+    key: str | None  # histogram of a latency SLI; None for the success SLI
+    threshold: float | None  # latency bound (a bucket boundary)
+    bad: tuple[str, ...]  # finish reasons counted as errors (success SLI)
+    budget: float  # the error budget the burn-rate rules divide by
+    shortest: str  # the shortest burn-rate window
+
+
+def selectors(node) -> list:
+    found: list = []
+
+    def visit(n) -> bool:
+        if isinstance(n, promql_parser.VectorSelector):
+            found.append(n)
+        return True
+
+    promql_parser.walk(node, visit)
+    return found
+
+
+def _matcher_value(selector, label: str) -> tuple[str, str] | None:
+    for m in selector.matchers.matchers:
+        if m.name == label:
+            return ("=~" if m.op == promql_parser.MatchOp.Re else "="), m.value
+    return None
+
+
+def _le_value(op: str, text: str) -> float:
+    if op == "=~":
+        for tail in (r"(\.0+)?", "0*"):
+            if text.endswith(tail):
+                text = text[: -len(tail)]
+                break
+        text = text.replace("\\", "")
+    return float(text)
+
+
+def wire_keys(ctx: Context) -> dict[str, tuple[str, str]]:
+    """Exported series name -> (catalog key, histogram suffix)."""
+    out: dict[str, tuple[str, str]] = {}
+    for key, m in ctx.catalog.metrics.items():
+        if not ctx.has(key):
+            continue
+        for suffix in ("_bucket", "_sum", "_count") if m.type == "histogram" else ("",):
+            out[ctx.metric(key, suffix)] = (canonical(ctx, key), suffix)
+    return out
+
+
+def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloDef]:
+    """SLO name -> definition, for every SLO whose rules have the expected shape."""
+    rules = [r for g in groups for r in g.rules if isinstance(r, RecordingRule) and dict(r.labels).get("slo")]
+    wires = wire_keys(ctx)
+    out: dict[str, SloDef] = {}
+    for name in sorted({dict(r.labels)["slo"] for r in rules}):
+        found = _read_slo(name, [r for r in rules if dict(r.labels)["slo"] == name], wires)
+        if found is not None:
+            out[name] = found
+    return out
+
+
+def _read_slo(name: str, rules: list[RecordingRule], wires: dict[str, tuple[str, str]]) -> SloDef | None:
+    errors_prefix = naming.record("slo_errors", "")
+    burn_prefix = naming.record("slo_burn_rate", "rate")
+    errors = [r for r in rules if r.record.startswith(errors_prefix)]
+    burns = {r.record[len(burn_prefix) :]: r for r in rules if r.record.startswith(burn_prefix)}
+    if not errors or not burns:
+        return None
+    key, thr, bad = None, None, ()
+    for sel in selectors(promql_parser.parse(errors[0].expr)):
+        found = wires.get(sel.name)
+        if found is None:
+            continue
+        if found[0] == "request_success":
+            reason = _matcher_value(sel, "finished_reason")
+            if reason:
+                bad = tuple(v.replace("\\", "") for v in reason[1].split("|"))
+        else:
+            key = found[0]
+            le = _matcher_value(sel, "le")
+            if le:
+                thr = _le_value(*le)
+    shortest = min(burns, key=prom_duration_seconds)
+    tree = promql_parser.parse(burns[shortest].expr)
+    if not (isinstance(tree, promql_parser.BinaryExpr) and str(tree.op) == "/"):
+        return None
+    if not isinstance(tree.rhs, promql_parser.NumberLiteral) or (thr is None if key else not bad):
+        return None
+    return SloDef(name, key, thr, bad, tree.rhs.val, shortest)
+
+
+def slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tuple[float, float]:
+    """(errors, requests) rates of an SLO over a window."""
+    if slo.key is None:
+        rates = fleet.reasons()
+        total = env.sum(env.rate(rates.get(r, 0), at, window) for r in env.all_reasons())
+        errors = env.sum(env.rate(rates.get(r, 0), at, window) for r in slo.bad)
+        return errors, total
+    bs = bounds(env.ctx, slo.key, fleet)
+    idx = bs.index(slo.threshold) if slo.threshold in bs else len(bs)
+    total = env.rate(sum(n for _, n in fleet.dist(slo.key)), at, window)
+    good = env.rate(sum(n for j, n in fleet.dist(slo.key) if j <= idx), at, window)
+    return total - good, total
+
+
+def _minutes(window: str) -> int:
+    return int(prom_duration_seconds(window) // 60)
+
+
+def burn_rate(env: Env, slo: SloDef, fleet: Fleet, at: int, window: str | None = None) -> float:
+    """The burn rate over a window (default the shortest): error ratio / budget."""
+    errors, total = slo_totals(env, slo, fleet, at, _minutes(window or slo.shortest))
+    return (errors / total) / slo.budget
+
+
+def slo_probe(slo: SloDef) -> Probe:
+    def fault(env: Env, fleet: Fleet, k: object) -> Fleet:
+        assert isinstance(k, int)
+        if slo.key is None:
+            return fleet.with_share(slo.bad[0], k)
+        bs = bounds(env.ctx, slo.key, fleet)
+        above = bs.index(slo.threshold) + 1 if slo.threshold in bs else len(bs)
+        body = fleet.dist(slo.key)[0][0]
+        n = observations(slo.key)
+        bad = n * k // 100
+        dist = ((body, n - bad), (above, bad)) if bad < n else ((above, n),)
+        return fleet.with_dist(slo.key, dist)
+
+    return Probe(
+        "slo",
+        lambda env, fleet, at: burn_rate(env, slo, fleet, at),
+        fault,
+        lambda env, _: range(1, 101),
+        slo=slo.name,
+    )
+
+
+def branches(expr: str) -> list[list[tuple[str, str, float]]]:
+    """An alert expression as OR of AND-ed comparisons (series name, operator, number)."""
+
+    def walk(node) -> list[list[tuple[str, str, float]]]:
+        if isinstance(node, promql_parser.ParenExpr):
+            return walk(node.expr)
+        if isinstance(node, promql_parser.BinaryExpr):
+            op = str(node.op)
+            if op == "or":
+                return walk(node.lhs) + walk(node.rhs)
+            if op == "and":
+                return [a + b for a in walk(node.lhs) for b in walk(node.rhs)]
+            if op in _COMPARE and isinstance(node.rhs, promql_parser.NumberLiteral):
+                lhs = node.lhs.expr if isinstance(node.lhs, promql_parser.ParenExpr) else node.lhs
+                if isinstance(lhs, promql_parser.VectorSelector):
+                    return [[(lhs.name, op, node.rhs.val)]]
+        raise ValueError(f"cannot read the condition of {expr!r}")
+
+    return walk(promql_parser.parse(expr))
+
+
+def slo_fires(env: Env, slo: SloDef, rule: AlertRule, fleet: Fleet, at: int) -> bool | None:
+    """Whether an SLO alert fires; None when a compared value sits within rounding of its threshold."""
+    burn_prefix, requests_prefix = naming.record("slo_burn_rate", "rate"), naming.record("slo_requests", "rate")
+    fires = False
+    for branch in branches(rule.expr):
+        ok = True
+        for name, op, number in branch:
+            if name.startswith(burn_prefix):
+                value = burn_rate(env, slo, fleet, at, name[len(burn_prefix) :])
+            elif name.startswith(requests_prefix):
+                value = slo_totals(env, slo, fleet, at, _minutes(name[len(requests_prefix) :]))[1]
+            else:
+                raise ValueError(f"unknown series {name} in SLO alert {rule.name}")
+            if math.isclose(value, number, rel_tol=1e-9):
+                return None
+            ok = ok and _COMPARE[op](value, number)
+        fires = fires or ok
+    return fires
