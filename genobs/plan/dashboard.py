@@ -286,12 +286,11 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         Row(
             "API-server process",
             (
-                p.single(
-                    "process_rss",
+                Panel(
                     "API-server resident memory",
                     "RSS of the vLLM API-server process (not engine cores or GPU workers). Absent in multiprocess mode.",
                     "bytes",
-                    "{{instance}}",
+                    (Target(p.sel("process_rss"), "{{instance}}"),),
                 ),
                 Panel(
                     "Scrape targets up",

@@ -77,7 +77,8 @@ def _latencies(r: Recorder) -> None:
             r.rules.append(
                 RecordingRule(
                     record=ctx.rec(subject, "quantile"),
-                    expr=q.quantile(quant, ctx.group, buckets),
+                    # a histogram without observations gives NaN; ">= 0" drops it
+                    expr=f"{q.quantile(quant, ctx.group, buckets)} >= 0",
                     labels=(("quantile", f"{quant:g}"),),
                 )
             )

@@ -1,0 +1,374 @@
+"""`genobs doctor`: ask a live Prometheus which vLLM series it stores, in which
+metric-name dialect, and which raw metrics a spec's rules read that are missing,
+with the likely cause of each. Only urllib: no client library."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from genobs import promql as q
+from genobs.catalog import Catalog, format_version, load_catalog
+from genobs.scrape_config import colon_prefix, underscore_prefix
+
+DEFAULT_URL = "http://localhost:9090"
+
+# catalog key prefix -> (spec feature, how the engine is started with it)
+_FEATURE_KEYS = {
+    "spec_decode_": ("speculative_decoding", "start vLLM with speculative decoding (--speculative-config)"),
+    "nixl_": (
+        "disaggregated_prefill",
+        "start vLLM with the NIXL KV connector (--kv-transfer-config with kv_connector NixlConnector)",
+    ),
+    "prefix_cache": ("prefix_caching", "start vLLM with prefix caching on (--enable-prefix-caching)"),
+}
+
+_HINTS = {
+    "no_target": "No scrape target carries the spec's selector labels (`up` has no series under it, so "
+    "VllmTargetDown cannot fire either). Name the scrape job after the selector's job and add the other selector "
+    "labels as target labels (`genobs scrape-config SPEC` prints such a job), or fix service.selector.",
+    "no_series": "No vLLM series under the selector: the targets are scraped but export no engine metrics "
+    "(wrong port or path, or the engine has not started), or the series live under other labels.",
+    "dialect": "",  # filled in per direction
+    "version": "The metric names differ from the ones service.engine_version picks: set service.engine_version "
+    "to the vLLM version that runs.",
+    "feature": "A feature the spec turns on exports no series: {hows}; or turn it off in the spec ({flags}).",
+    "process": "The API server's process_* / python_gc_* series are missing: prometheus_client in multiprocess "
+    "mode (PROMETHEUS_MULTIPROC_DIR set, e.g. several API-server processes) does not export the process and "
+    "GC collectors. Scrape them another way or ignore the RSS/GC panels and VllmApiServerRssGrowing.",
+    "absent": "Not exported by the scraped engine (yet): some series appear only after the first request of "
+    "their kind, or the engine runs with options that drop them.",
+}
+
+
+class PrometheusError(Exception):
+    """Prometheus could not be asked (unreachable, HTTP error, not a Prometheus API)."""
+
+
+@dataclass(frozen=True)
+class Missing:
+    metric: str
+    kind: str  # a key of _HINTS
+    detail: str = ""
+    feature: str = ""
+
+
+@dataclass
+class Report:
+    dialect: str  # colon | underscore | both | none
+    selector: str
+    present: set[str]  # vLLM series names under the selector, live
+    elsewhere: set[str]  # vLLM names Prometheus knows that are not under the selector
+    needed: frozenset[str] = frozenset()
+    missing: list[Missing] = field(default_factory=list)
+
+
+# --- Prometheus HTTP API -----------------------------------------------------------------------
+
+
+def _api(base: str, path: str, params: dict | None = None, timeout: float = 10.0, post: bool = False) -> object:
+    url = f"{base.rstrip('/')}/api/v1/{path}"
+    body = urllib.parse.urlencode(params or {}, doseq=True)
+    if post:
+        req = urllib.request.Request(
+            url, data=body.encode(), headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
+    else:
+        req = urllib.request.Request(url + (f"?{body}" if body else ""))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as exc:
+        detail = ""
+        try:
+            detail = json.loads(exc.read() or b"{}").get("error", "")
+        except (ValueError, OSError):
+            pass
+        raise PrometheusError(f"{url}: HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")) from None
+    except (urllib.error.URLError, OSError) as exc:  # timeouts are OSErrors too
+        reason = getattr(exc, "reason", exc)
+        raise PrometheusError(f"cannot reach Prometheus at {base}: {reason}") from None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise PrometheusError(f"{url} did not answer with JSON; is {base} a Prometheus server?") from None
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        err = doc.get("error", doc) if isinstance(doc, dict) else doc
+        raise PrometheusError(f"{url}: {err}")
+    return doc["data"]
+
+
+def metric_names(base: str, timeout: float = 10.0) -> set[str]:
+    """Every metric name Prometheus knows (`/api/v1/label/__name__/values`)."""
+    return set(_api(base, "label/__name__/values", timeout=timeout))
+
+
+def live_names(base: str, matchers: tuple[q.Matcher, ...], timeout: float = 10.0) -> set[str]:
+    """Names of the series matching `matchers` that have a fresh sample (an instant query)."""
+    expr = f"count by (__name__) ({q.selector('', matchers)})"
+    data = _api(base, "query", {"query": expr}, timeout=timeout, post=True)
+    return {r["metric"].get("__name__", "") for r in data.get("result", [])} - {""}
+
+
+# --- analysis --------------------------------------------------------------------------------
+
+
+def dialect_of(names: set[str], engine: str = "vllm") -> str:
+    colon = any(n.startswith(colon_prefix(engine)) for n in names)
+    underscore = any(n.startswith(underscore_prefix(engine)) for n in names)
+    return {(True, True): "both", (True, False): "colon", (False, True): "underscore"}.get((colon, underscore), "none")
+
+
+def _other_dialect(name: str, engine: str) -> str | None:
+    c, u = colon_prefix(engine), underscore_prefix(engine)
+    if name.startswith(c):
+        return u + name[len(c) :]
+    if name.startswith(u):
+        return c + name[len(u) :]
+    return None
+
+
+def _catalog_index(catalog: Catalog) -> dict[str, tuple[str, set[str]]]:
+    """Every wire series name of any version, in both dialects -> (catalog key, all its names)."""
+    names_of: dict[str, set[str]] = {}
+    for key, m in catalog.metrics.items():
+        suffixes = ("_bucket", "_sum", "_count") if m.type == "histogram" else ("",)
+        out = set()
+        for r in m.names:
+            for s in suffixes:
+                out.add(r.name + s)
+                out.add(r.name.replace(":", "_") + s)
+        names_of[key] = out
+    index: dict[str, tuple[str, set[str]]] = {}
+    for key, names in names_of.items():
+        for n in names:
+            index.setdefault(n, (key, names))
+    return index
+
+
+def _version_note(catalog: Catalog, key: str, found: str) -> str:
+    m = catalog.metric(key)
+    suffixes = ("_bucket", "_sum", "_count") if m.type == "histogram" else ("",)
+    for r in m.names:
+        if found in {n + s for n in (r.name, r.name.replace(":", "_")) for s in suffixes}:
+            end = f" before {format_version(r.until)}" if r.until else " on"
+            return f"Prometheus has {found} (vLLM {format_version(r.since)}{end})"
+    return f"Prometheus has {found}"
+
+
+def _feature_of(key: str) -> str | None:
+    return next((feature for prefix, (feature, _) in _FEATURE_KEYS.items() if key.startswith(prefix)), None)
+
+
+def classify(
+    needed: frozenset[str],
+    present: set[str],
+    catalog: Catalog,
+    features: frozenset[str],
+) -> list[Missing]:
+    """Why each needed raw metric is not in `present`, most likely cause first."""
+    engine = catalog.engine
+    index = _catalog_index(catalog)
+    has_vllm = dialect_of(present, engine) != "none"
+    no_target = "up" in needed and "up" not in present and not has_vllm
+    out: list[Missing] = []
+    for name in sorted(needed - present):
+        if name == "up" or no_target:
+            out.append(Missing(name, "no_target"))
+            continue
+        other = _other_dialect(name, engine)
+        if other and other in present:
+            out.append(Missing(name, "dialect", f"Prometheus has {other}"))
+            continue
+        key, all_names = index.get(name, (None, set()))
+        if key is None:
+            out.append(Missing(name, "absent" if has_vllm else "no_series"))
+            continue
+        found = sorted(n for n in all_names if n in present and n not in (name, other))
+        if found:
+            same_suffix = [n for n in found if n.rsplit("_", 1)[-1] == name.rsplit("_", 1)[-1]]
+            out.append(Missing(name, "version", _version_note(catalog, key, (same_suffix or found)[0])))
+        elif not has_vllm:
+            out.append(Missing(name, "no_series"))
+        elif _feature_of(key) in features:
+            out.append(Missing(name, "feature", f"features.{_feature_of(key)}", feature=_feature_of(key)))
+        elif catalog.metric(key).process:
+            out.append(Missing(name, "process"))
+        else:
+            out.append(Missing(name, "absent"))
+    order = list(_HINTS)
+    return sorted(out, key=lambda m: (order.index(m.kind), m.metric))
+
+
+_TITLES = {
+    "no_target": "no target under the selector",
+    "no_series": "no vLLM series under the selector",
+    "dialect": "metric-name dialect mismatch",
+    "version": "engine version mismatch",
+    "feature": "feature metrics absent",
+    "process": "process metrics absent",
+    "absent": "not exported",
+}
+
+
+def hint(kind: str, missing: list[Missing], spec_dialect: str) -> str:
+    """What to do about the missing metrics of one kind."""
+    if kind == "dialect":
+        if spec_dialect == "colon":
+            return (
+                "Prometheus stores these names with '_' instead of ':' (prometheus_client >= 0.23 escapes them when "
+                "Prometheus 2.x negotiates OpenMetrics). Either set `service.metric_names: underscore` in the spec, "
+                "or keep `colon` and add the metric_relabel_configs that `genobs scrape-config` prints to the scrape job."
+            )
+        return (
+            "Prometheus stores these names with ':' (as vLLM exposes them, or relabelled by the scrape job); "
+            "set `service.metric_names: colon` in the spec."
+        )
+    if kind == "feature":
+        feats = sorted({m.feature for m in missing})
+        hows = "; ".join(how for f, how in _FEATURE_KEYS.values() if f in feats)
+        flags = ", ".join(f"features.{f}: false" for f in feats)
+        return _HINTS["feature"].format(hows=hows, flags=flags)
+    return _HINTS[kind]
+
+
+def diagnose(
+    base: str,
+    selector: tuple[tuple[str, str], ...] = (),
+    models: tuple[str, ...] = (),
+    needed: frozenset[str] = frozenset(),
+    features: frozenset[str] = frozenset(),
+    engine: str = "vllm",
+    timeout: float = 10.0,
+) -> Report:
+    catalog = load_catalog(engine)
+    sel: list[q.Matcher] = [(k, "=", v) for k, v in selector]
+    engine_re = f"{re.escape(colon_prefix(engine))}.+|{re.escape(underscore_prefix(engine))}.+"
+    engine_matchers: tuple[q.Matcher, ...] = (("__name__", "=~", engine_re), *sel)
+    if models:
+        engine_matchers += (("model_name", "=~", q.any_of(models)),)
+    present = live_names(base, engine_matchers, timeout)
+    others = sorted(n for n in needed if dialect_of({n}, engine) == "none")
+    if others:
+        present |= live_names(base, (("__name__", "=~", "|".join(re.escape(n) for n in others)), *sel), timeout)
+    known = metric_names(base, timeout)
+    vllm_known = {n for n in known if dialect_of({n}, engine) != "none"}
+    vllm_present = {n for n in present if dialect_of({n}, engine) != "none"}
+    report = Report(
+        dialect=dialect_of(vllm_present, engine),
+        selector=q.selector("", tuple(sel)) or "(no selector)",
+        present=vllm_present,
+        elsewhere=vllm_known - vllm_present,
+        needed=needed,
+    )
+    report.missing = classify(needed, present, catalog, features)
+    return report
+
+
+# --- command ---------------------------------------------------------------------------------
+
+_DIALECT_TEXT = {
+    "colon": "colon ({c}…, as vLLM exposes them)",
+    "underscore": "underscore ({u}…, escaped by the scrape)",
+    "both": "both colon ({c}…) and underscore ({u}…) names",
+    "none": "none: no vLLM series",
+}
+
+
+def _dialect_text(dialect: str, engine: str) -> str:
+    return _DIALECT_TEXT[dialect].format(c=colon_prefix(engine), u=underscore_prefix(engine))
+
+
+@click.command("doctor")
+@click.argument("spec", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--prometheus",
+    "url",
+    default=DEFAULT_URL,
+    show_default=True,
+    metavar="URL",
+    help="Base URL of the Prometheus to ask (HTTP API at URL/api/v1/).",
+)
+@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds per HTTP request.")
+def doctor(spec: Path | None, url: str, timeout: float) -> None:
+    """Check a live Prometheus against SPEC: which vLLM series exist, in which
+    metric-name dialect, and which raw metrics the rules need are missing.
+
+    Exit 0 when every raw metric is there, 1 when something is missing, 2 when the
+    spec is wrong or Prometheus cannot be asked. Without SPEC it only reports the
+    dialect of the vLLM series it finds (exit 1 when there are none).
+    """
+    from genobs.errors import SpecError
+
+    if "://" not in url:
+        url = "http://" + url
+    selector: tuple = ()
+    models: tuple = ()
+    needed: frozenset[str] = frozenset()
+    features: frozenset[str] = frozenset()
+    engine, spec_dialect, plan = "vllm", "colon", None
+    if spec is not None:
+        if not spec.is_file():
+            click.echo(f"{spec}: error: no such file", err=True)
+            sys.exit(2)
+        from genobs.loader import load_spec
+        from genobs.plan import build_plan
+
+        try:
+            doc = load_spec(spec)
+            plan = build_plan(doc)
+        except SpecError as exc:
+            for p in exc.problems:
+                click.echo(str(p), err=True)
+            sys.exit(2)
+        s = doc.spec
+        selector = tuple(s.service.selector.items())
+        models = tuple(s.service.models)
+        needed = plan.raw_metrics
+        features = frozenset(k for k, on in s.features.model_dump().items() if on)
+        engine, spec_dialect = s.service.engine, s.service.metric_names
+    try:
+        report = diagnose(url, selector, models, needed, features, engine, timeout)
+    except PrometheusError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+    click.echo(f"Prometheus {url}")
+    click.echo(f"  vLLM series under {report.selector}: {len(report.present)} names")
+    click.echo(f"  dialect: {_dialect_text(report.dialect, engine)}")
+    if report.elsewhere and report.dialect == "none":
+        click.echo(
+            f"  {len(report.elsewhere)} other vLLM names exist outside the selector or without fresh samples "
+            f"(dialect {dialect_of(report.elsewhere, engine)}), e.g. {sorted(report.elsewhere)[0]}"
+        )
+    if plan is None:
+        sys.exit(0 if report.dialect != "none" else 1)
+    click.echo(
+        f"spec {plan.name}: vLLM {plan.engine_version}, metric_names: {spec_dialect}; "
+        f"its rules read {len(needed)} raw metrics"
+    )
+    if not report.missing:
+        click.echo(f"  all {len(needed)} are present")
+        sys.exit(0)
+    click.echo(f"  {len(report.missing)} missing:")
+    width = max(len(m.metric) for m in report.missing)
+    for kind in _HINTS:
+        group = [m for m in report.missing if m.kind == kind]
+        if not group:
+            continue
+        click.echo(f"  {_TITLES[kind]} ({len(group)}):")
+        for m in group:
+            click.echo(f"    {m.metric:{width}}  {m.detail}".rstrip())
+        click.echo(
+            textwrap.fill(hint(kind, group, spec_dialect), 100, initial_indent="    hint: ", subsequent_indent="      ")
+        )
+    sys.exit(1)

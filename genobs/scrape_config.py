@@ -1,0 +1,124 @@
+"""Prometheus scrape configuration for vLLM targets: the `metric_relabel_configs`
+that undo the `:` -> `_` escaping Prometheus 2.x gets from prometheus_client
+>= 0.23 (OpenMetrics negotiation), and the `genobs scrape-config` command."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import click
+import yaml
+
+from genobs.catalog import load_catalog
+
+
+@functools.cache
+def engine_prefix(engine: str = "vllm") -> str:
+    """The namespace before ':' in the engine's metric names (from the catalog), e.g. the engine name."""
+    catalog = load_catalog(engine)
+    prefixes = {r.name.split(":", 1)[0] for m in catalog.metrics.values() for r in m.names if ":" in r.name}
+    if len(prefixes) != 1:
+        raise ValueError(f"the {engine} catalog has no single metric prefix: {sorted(prefixes)}")
+    return prefixes.pop()
+
+
+def colon_prefix(engine: str = "vllm") -> str:
+    return engine_prefix(engine) + ":"
+
+
+def underscore_prefix(engine: str = "vllm") -> str:
+    return engine_prefix(engine) + "_"
+
+
+def relabel_configs(engine: str = "vllm") -> list[dict]:
+    """metric_relabel_configs that store `<prefix>_...` samples as `<prefix>:...` again.
+
+    Only names starting with the engine prefix are touched; the regex is anchored by Prometheus.
+    """
+    p = engine_prefix(engine)
+    return [
+        {
+            "source_labels": ["__name__"],
+            "regex": f"{p}_(.*)",
+            "target_label": "__name__",
+            "replacement": f"{p}:$1",
+        }
+    ]
+
+
+def scrape_job(
+    job: str,
+    targets: list[str],
+    labels: dict[str, str] | None = None,
+    *,
+    engine: str = "vllm",
+    relabel: bool = True,
+    interval: str | None = None,
+) -> dict:
+    """One `scrape_configs` entry for vLLM targets (static targets, optional target labels)."""
+    static: dict = {"targets": list(targets)}
+    if labels:
+        static["labels"] = dict(labels)
+    out: dict = {"job_name": job}
+    if interval:
+        out["scrape_interval"] = interval
+    out["static_configs"] = [static]
+    if relabel:
+        out["metric_relabel_configs"] = relabel_configs(engine)
+    return out
+
+
+def dump(data: object) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def _spec_selector(spec: Path) -> tuple[str, dict[str, str], str]:
+    """(job, other selector labels, engine) of a spec. Raises SpecError."""
+    from genobs.loader import load_spec
+
+    s = load_spec(spec).spec
+    selector = dict(s.service.selector)
+    job = selector.pop("job", None) or "vllm"
+    return job, selector, s.service.engine
+
+
+@click.command("scrape-config")
+@click.argument("spec", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--job", default=None, help="job_name (default: the spec selector's job, else vllm).")
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Target to scrape (repeatable; default 127.0.0.1:9400, what `genobs simulate` serves).",
+)
+@click.option("--interval", default=None, help="scrape_interval of this job, e.g. 15s (default: the global one).")
+@click.option("--relabel-only", is_flag=True, help="Print only the metric_relabel_configs list.")
+def scrape_config(
+    spec: Path | None, job: str | None, targets: tuple[str, ...], interval: str | None, relabel_only: bool
+) -> None:
+    """Print a Prometheus scrape job for vLLM that keeps the metric names' colons.
+
+    prometheus_client >= 0.23 answers Prometheus 2.x's OpenMetrics Accept header
+    with `:` escaped to `_`; the job's metric_relabel_configs turn the names back, so
+    specs keep `service.metric_names: colon`. With SPEC, the job name and the other
+    selector labels (as target labels) come from the spec's service.selector.
+    """
+    if relabel_only:
+        click.echo(dump({"metric_relabel_configs": relabel_configs()}), nl=False)
+        return
+    labels: dict[str, str] = {}
+    engine = "vllm"
+    if spec is not None:
+        from genobs.errors import SpecError
+
+        try:
+            spec_job, labels, engine = _spec_selector(spec)
+        except SpecError as exc:
+            for p in exc.problems:
+                click.echo(str(p), err=True)
+            raise SystemExit(2) from None
+        job = job or spec_job
+    entry = scrape_job(job or "vllm", list(targets) or ["127.0.0.1:9400"], labels, engine=engine, interval=interval)
+    click.echo(dump({"scrape_configs": [entry]}), nl=False)

@@ -1,0 +1,289 @@
+"""Helpers of the end-to-end test: a real Prometheus server on loopback scraping
+simulated vLLM exporters, with the rule files genobs generated."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from genobs.build import Output, render_spec
+from genobs.catalog import load_catalog
+from genobs.promql import metric_names
+from genobs.sim import Simulator
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def poll(check: Callable[[], object], deadline: float, interval: float = 0.5, what: str = "condition") -> object:
+    """Call `check` until it returns something truthy or the monotonic `deadline` passes."""
+    last: object = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out waiting for {what} (last result: {last!r})")
+        time.sleep(interval)
+
+
+# --- the spec ------------------------------------------------------------------------------
+
+
+def render_variant(spec: Path, tmp: Path, **service: str) -> tuple[Output, dict]:
+    """render_spec on a copy of `spec` with a 1m rate window, 1s evaluation and `service` fields replaced."""
+    data = yaml.safe_load(spec.read_text())
+    data["rate_window"] = "1m"
+    data["evaluation_interval"] = "1s"
+    data.setdefault("service", {}).update(service)
+    path = tmp / spec.name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return render_spec(path), data
+
+
+@dataclass(frozen=True)
+class Rule:
+    group: str
+    record: str | None
+    alert: str | None
+    expr: str
+    labels: dict[str, str]
+
+
+def rules_of(out: Output) -> list[Rule]:
+    rules = []
+    for name, data in sorted(out.files.items()):
+        if not (name.startswith("prometheus/") and name.endswith(".rules.yaml")):
+            continue
+        for g in yaml.safe_load(data)["groups"]:
+            for r in g["rules"]:
+                rules.append(Rule(g["name"], r.get("record"), r.get("alert"), r["expr"], r.get("labels", {})))
+    return rules
+
+
+def target_level_records(rules: list[Rule], engine: str = "vllm") -> set[str]:
+    """Recorded names computed only from per-target series (`up`, the API server's process
+    metrics): they carry no model_name by design."""
+    catalog = load_catalog(engine)
+    target_level = {r.name for m in catalog.metrics.values() if m.process for r in m.names} | {"up"}
+    deps: dict[str, set[str]] = {}
+    for r in rules:
+        if r.record:
+            deps.setdefault(r.record, set()).update(metric_names(r.expr))
+
+    def raw(name: str, seen: frozenset = frozenset()) -> set[str]:
+        if name not in deps or name in seen:
+            return {name}
+        return set().union(*(raw(d, seen | {name}) for d in deps[name]))
+
+    return {rec for rec in deps if raw(rec) <= target_level}
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    panel: str
+    expr: str
+    legend: str
+
+
+def dashboard_queries(out: Output) -> tuple[dict, list[PanelQuery]]:
+    """(dashboard JSON, every target of every panel) of the generated Grafana dashboard."""
+    name = next(n for n in out.files if n.startswith("grafana/") and n.endswith(".json"))
+    dash = json.loads(out.files[name])
+    found: list[PanelQuery] = []
+
+    def walk(panels: list) -> None:
+        for p in panels:
+            walk(p.get("panels", []))
+            for t in p.get("targets", []):
+                if t.get("expr"):
+                    found.append(PanelQuery(p.get("title", "?"), t["expr"], t.get("legendFormat", "")))
+
+    walk(dash.get("panels", []))
+    for row in dash.get("rows", []):
+        walk(row.get("panels", []))
+    return dash, found
+
+
+GRAFANA_BUILTINS = {
+    "__rate_interval": "1m",
+    "__interval": "1s",
+    "__range": "1m",
+    "__interval_ms": "1000",
+    "__range_s": "60",
+    "__range_ms": "60000",
+}
+
+
+def fill_variables(expr: str, values: dict[str, str]) -> str:
+    """Replace $var, ${var} and [[var]] the way Grafana does for a single selected value."""
+    allv = {**GRAFANA_BUILTINS, **values}
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2) or m.group(3)
+        if name not in allv:
+            raise KeyError(f"no value for dashboard variable ${name} in {expr}")
+        return allv[name]
+
+    return re.sub(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", sub, expr)
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """One simulated exporter Prometheus scrapes, with its own target labels."""
+
+    name: str
+    sim: Simulator
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def instance(self) -> str:
+        return f"127.0.0.1:{self.sim.port}"
+
+
+class Prometheus:
+    """Debian's prometheus binary on a free loopback port, its log in a file."""
+
+    def __init__(self, workdir: Path, config: dict, rule_files: dict[str, bytes]):
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "prometheus.log"
+        rules_dir = workdir / "rules"
+        rules_dir.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name, data in rule_files.items():
+            p = rules_dir / name
+            p.write_bytes(data)
+            paths.append(str(p))
+        self.config = {**config, "rule_files": paths}
+        self.config_path = workdir / "prometheus.yml"
+        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+
+    def start(self, timeout: float = 30.0) -> None:
+        cmd = [
+            PROMETHEUS,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=info",
+        ]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir
+            )
+        self.started = time.monotonic()
+        deadline = self.started + timeout
+
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
+                    return r.status == 200
+            except (urllib.error.URLError, OSError):
+                return False
+
+        poll(ready, deadline, 0.2, "prometheus /-/ready")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def log(self, tail: int = 200) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no prometheus log)"
+        return "\n".join(lines[-tail:])
+
+    # --- HTTP API ---------------------------------------------------------------------------
+    def api(self, path: str, params: dict | list | None = None) -> object:
+        query = urllib.parse.urlencode(params or {}, doseq=True)
+        url = f"{self.url}/api/v1/{path}" + (f"?{query}" if query else "")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as exc:
+            body = json.loads(exc.read() or b"{}")
+            raise AssertionError(f"{path} {params}: HTTP {exc.code}: {body.get('error')}") from None
+        if body.get("status") != "success":
+            raise AssertionError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        data = self.api("query", {"query": expr})
+        assert data["resultType"] == "vector", data
+        return data["result"]
+
+    def rules(self) -> list[dict]:
+        return self.api("rules")["groups"]
+
+    def alerts(self) -> list[dict]:
+        return self.api("alerts")["alerts"]
+
+    def label_values(self, label: str, match: str | None = None) -> list[str]:
+        return self.api(f"label/{label}/values", {"match[]": match} if match else None)
+
+
+def prometheus_config(job: str, targets: list[Target], relabel: list[dict] | None) -> dict:
+    """Global 1s scrape/evaluation; one job named after the spec selector's job, selector labels on each target."""
+    scrape: dict = {
+        "job_name": job,
+        "scrape_interval": "1s",
+        "scrape_timeout": "1s",
+        "static_configs": [{"targets": [t.instance], "labels": {**t.labels, "sim": t.name}} for t in targets],
+    }
+    if relabel:
+        scrape["metric_relabel_configs"] = relabel
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [scrape],
+    }
+
+
+@contextlib.contextmanager
+def stopping(sims: list[Simulator], prom: Prometheus | None = None) -> Iterator[None]:
+    """Stop Prometheus and every simulator on the way out, whatever happens; a failure to stop is printed."""
+    try:
+        yield
+    finally:
+        for stop in ([prom.stop] if prom is not None else []) + [s.stop for s in sims]:
+            try:
+                stop()
+            except Exception as exc:  # keep stopping the others, keep the original error
+                print(f"stopping {stop}: {exc!r}")
+
+
+def env_with_repo(repo: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
