@@ -399,7 +399,8 @@ class TestUnderscoreDialect:
     """`metric_names: underscore`, no relabelling: the whole fleet with every fault."""
 
     @pytest.fixture(scope="class")
-    def run(self, tmp_path_factory, prometheus_binary):
+    @classmethod
+    def run(cls, tmp_path_factory, prometheus_binary):
         tmp = tmp_path_factory.mktemp("e2e-underscore")
         sims = {
             "healthy": Simulator(models={HEALTHY: "healthy"}, seed=11, request_rate=HEALTHY_RATE),
@@ -480,7 +481,8 @@ class TestColonDialectWithRelabel:
     """`metric_names: colon` plus metric_relabel_configs: a subset (rules, recorded series, one fault)."""
 
     @pytest.fixture(scope="class")
-    def run(self, tmp_path_factory, prometheus_binary):
+    @classmethod
+    def run(cls, tmp_path_factory, prometheus_binary):
         tmp = tmp_path_factory.mktemp("e2e-colon")
         sims = {
             "healthy": Simulator(models={HEALTHY: "healthy"}, seed=21, request_rate=HEALTHY_RATE),

@@ -194,8 +194,11 @@ class AlertBuilder:
             series = q.selector("up", ctx.raw_matchers(process=True))
             return f"{series} == 0", series, "Scrape targets up"
         if a.name == "VllmMetricsAbsent":
+            up = q.selector("up", ctx.raw_matchers(process=True))
             series = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
-            return f"absent({series})", series, "Running vs waiting requests"
+            # a target that is up but exports no engine series, or no target at all
+            expr = f"absent({up}) or ({up} == 1 unless on (instance) count by (instance) ({series}))"
+            return expr, series, "Running vs waiting requests"
         if a.name == "VllmMetricsFrozen":
             series = r.ref("generation_tps")
             running = f"{r.ref('running')} > 0"

@@ -34,7 +34,7 @@ from genobs.units import prom_duration_seconds
 EVALUATION_INTERVAL = "1m"
 MARGIN_MINUTES = 3  # evaluation time past the rate window plus `for`
 SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
-_ENGINE_FREE = ("process", "up", "absent")  # probes whose alert reads no engine series
+_ENGINE_FREE = ("process", "up")  # probes whose alert reads no engine series
 
 
 def _minutes(duration: str) -> int:
@@ -138,8 +138,6 @@ class _Planner:
             return {k: ident.process[k] for k in ctx.process_group}
         if probe.labels == "up":
             return dict(ident.process)
-        if probe.labels == "absent":
-            return dict(ctx.selector)
         labels = {k: ident.engine[k] for k in ctx.group}
         if probe.labels == "quantile":
             labels["quantile"] = "0.99"

@@ -242,7 +242,7 @@ _TARGET_DOWN = Probe(
     "up", lambda env, fleet, at: 0.0, lambda env, fleet, _: _with(fleet, target_up=False), lambda e, t: [None], False
 )
 _ABSENT = Probe(
-    "absent",
+    "up",
     lambda env, fleet, at: 1.0,
     lambda env, fleet, _: _with(fleet, engine_up=False),
     lambda e, t: [None],
