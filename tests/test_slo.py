@@ -67,9 +67,9 @@ SLOW = "SloAvailabilityErrorBudgetBurnSlow"
 def test_page_fires_for_sustained_20x_burn_within_workbook_detection_time(tmp_path, promtool):
     # 2 h healthy at 1 req/s per engine, then 10 % aborts = 20x burn of a 99.5 % budget.
     # Workbook detection: 14.4/20 of an hour = 43.2 min after the burn starts (minute 120).
-    inputs = [
-        series(e, "stop", "0+60x120 7254+54x60") for e in ("0", "1")
-    ] + [series(e, "abort", "0+0x120 6+6x60") for e in ("0", "1")]
+    inputs = [series(e, "stop", "0+60x120 7254+54x60") for e in ("0", "1")] + [
+        series(e, "abort", "0+0x120 6+6x60") for e in ("0", "1")
+    ]
     tests = [
         {
             "interval": "1m",
@@ -106,9 +106,7 @@ def test_silent_at_half_x_burn(tmp_path, promtool):
     # 1 abort in 400 requests = 0.25 % errors = 0.5x burn, for 7 h
     inputs = [series(e, "stop", "0+399x420") for e in ("0", "1")] + [series(e, "abort", "0+1x420") for e in ("0", "1")]
     checks = [
-        {"eval_time": t, "alertname": name, "exp_alerts": []}
-        for t in ("30m", "2h", "7h")
-        for name in (FAST, SLOW)
+        {"eval_time": t, "alertname": name, "exp_alerts": []} for t in ("30m", "2h", "7h") for name in (FAST, SLOW)
     ]
     proc = run_promtool(tmp_path, promtool, [{"interval": "1m", "input_series": inputs, "alert_rule_test": checks}])
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -141,8 +139,13 @@ def test_the_low_traffic_check_can_fail(tmp_path, promtool):
     doc = {
         "rule_files": sorted(p.name for p in tmp_path.glob("*.rules.yaml")),
         "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": inputs,
-                   "alert_rule_test": [{"eval_time": "65m", "alertname": FAST, "exp_alerts": []}]}],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": inputs,
+                "alert_rule_test": [{"eval_time": "65m", "alertname": FAST, "exp_alerts": []}],
+            }
+        ],
     }
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(doc))
     proc = subprocess.run([promtool, "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True)
@@ -170,7 +173,10 @@ def test_error_budget_never_nan_without_traffic(tmp_path, promtool):
 @pytest.mark.parametrize(
     ("slo", "needle"),
     [
-        ("{name: x, sli: ttft, threshold: 1.2s, objective: 99%}", "not a bucket boundary of vllm:time_to_first_token_seconds in vLLM 0.33.0; nearest boundaries: 0.75s, 1s, 2.5s, 5s"),
+        (
+            "{name: x, sli: ttft, threshold: 1.2s, objective: 99%}",
+            "not a bucket boundary of vllm:time_to_first_token_seconds in vLLM 0.33.0; nearest boundaries: 0.75s, 1s, 2.5s, 5s",
+        ),
         ("{name: x, sli: ttft, objective: 99%}", "needs a threshold"),
         ("{name: x, sli: success, objective: 99%, bad_reasons: [repetition]}", None),
         ("{name: x, sli: ttft, threshold: 1.2s, objective: 99%, buckets: [0.5, 1.2, 5]}", None),

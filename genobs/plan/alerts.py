@@ -56,6 +56,7 @@ class Resolved:
     summary: str
     description: str
     unit: str = ""
+    value_format: str = ""  # printf format of $value in the description; default by kind
 
 
 def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]:
@@ -118,6 +119,7 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
                 alert["summary"],
                 alert["description"],
                 alert.get("unit", ""),
+                alert.get("value_format", ""),
             )
         )
     return out
@@ -218,8 +220,8 @@ class AlertBuilder:
                 expr, series, panel = found
                 threshold_text = format_threshold(a.kind, threshold) + a.unit if a.kind != "none" else ""
                 value = f"{{{{ $value | {_HUMANIZE[a.kind]} }}}}"
-                if a.kind == "number" and a.signal == "output_speed_per_user":
-                    value = '{{ $value | printf "%.1f" }}'
+                if a.value_format:
+                    value = f'{{{{ $value | printf "{a.value_format}" }}}}'
                 description = a.description.format(
                     value=value, threshold=threshold_text, instance="{{ $labels.instance }}"
                 )
