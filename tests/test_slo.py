@@ -208,3 +208,38 @@ def test_le_matches_prometheus_2_and_3_spellings():
     plan = build_plan(load_spec(CHAT))
     exprs = " ".join(r.expr for r in plan.recording_rules if r.record.startswith("genobs:slo_errors"))
     assert 'le=~"1(\\\\.0+)?"' in exprs and 'le=~"0\\\\.10*"' in exprs
+
+
+def test_burn_rate_table_can_be_replaced_per_slo(tmp_path, promtool):
+    text = spec_text() + (
+        "slos:\n  - name: availability\n    sli: success\n    objective: 99.9%\n    burn_rates:\n"
+        "      - {severity: critical, long: 2h, short: 10m, factor: 10}\n"
+        "      - {severity: warning, long: 12h, short: 1h, factor: 2}\n"
+    )
+    plan = build_plan(load_spec_text(text, "s.yaml"))
+    fast = next(a for a in plan.alerts if a.name == FAST)
+    slow = next(a for a in plan.alerts if a.name == SLOW)
+    assert "genobs:slo_burn_rate:rate2h" in fast.expr and "> 10 " in fast.expr and "rate10m" in fast.expr
+    assert "genobs:slo_burn_rate:rate12h" in slow.expr and "> 2 " in slow.expr
+    assert "rate6h" not in fast.expr + slow.expr
+    records = {r.record for r in plan.recording_rules}
+    assert {"genobs:slo_burn_rate:rate10m", "genobs:slo_burn_rate:rate12h"} <= records
+    assert "genobs:slo_burn_rate:rate3d" not in records  # windows follow the table
+    spec = tmp_path / "s.yaml"
+    spec.write_text(text)
+    out = render_spec(spec)
+    for rel, data in out.files.items():
+        if rel.startswith("prometheus/"):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_bytes(data)
+    rules = sorted((tmp_path / "prometheus").glob("*.rules.yaml"))
+    proc = subprocess.run([promtool, "check", "rules", *map(str, rules)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tests = sorted(p.name for p in (tmp_path / "prometheus" / "tests").glob("*.yaml"))
+    proc = subprocess.run(
+        [promtool, "test", "rules", *[f"tests/{t}" for t in tests]],
+        cwd=tmp_path / "prometheus",
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
