@@ -22,6 +22,11 @@ def group(spec_name: str, part: str) -> str:
     return f"{PREFIX}-{spec_name}-{part}"
 
 
+def rule_file(spec_name: str, group_name: str) -> str:
+    """Rule group genobs-<spec>-<part> is written to <part>.rules.yaml."""
+    return f"{group_name.removeprefix(group(spec_name, ''))}.rules.yaml"
+
+
 def anchor(title: str) -> str:
     """GitHub-style heading anchor; runbook headings are alert names, so anchors match."""
     text = title.strip().lower()
@@ -41,7 +46,3 @@ def slo_alert(slo_name: str, speed: str) -> str:
     """'first-token', 'fast' -> 'SloFirstTokenBudgetBurnFast'."""
     words = re.split(r"[^A-Za-z0-9]+", slo_name)
     return "Slo" + "".join(w[:1].upper() + w[1:] for w in words if w) + f"ErrorBudgetBurn{speed.capitalize()}"
-
-
-def slo_subject(slo_name: str) -> str:
-    return "slo_" + re.sub(r"[^a-z0-9]+", "_", slo_name.lower()).strip("_")

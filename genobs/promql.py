@@ -67,12 +67,6 @@ def le_matcher(bound: float) -> Matcher:
     return ("le", "=~", f"{text}(\\.0+)?")
 
 
-def parse(expr: str) -> object:
-    import promql_parser
-
-    return promql_parser.parse(expr)
-
-
 def metric_names(expr: str) -> set[str]:
     """Names of every series an expression selects; raises ValueError if it does not parse."""
     import promql_parser

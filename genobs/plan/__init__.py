@@ -175,7 +175,7 @@ def build_plan(doc: SpecDocument) -> Plan:
     rec = build_recording(ctx)
     base_url = spec.runbook.base_url or "RUNBOOK.md"
     alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(resolved)
-    slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names["finished"])
+    slos = slo.build_slos(doc, ctx, base_url, spec.team)
     groups = (
         RuleGroup(naming.group(spec.name, "recording"), spec.evaluation_interval, tuple(rec.rules)),
         RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),

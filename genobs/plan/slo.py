@@ -111,7 +111,7 @@ def _windows(slo) -> list[str]:
     return sorted(found, key=prom_duration_seconds)
 
 
-def build_slos(doc, ctx: Context, base_url: str, team: str | None, finished_ref: str) -> SloPlan:
+def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
     rules: list[RecordingRule | AlertRule] = []
     rows: list[Row] = []
     runbook: list[dict] = []

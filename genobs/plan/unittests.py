@@ -353,8 +353,7 @@ class _Planner:
         return group
 
     def document(self, tests: list[dict]) -> dict:
-        prefix = naming.group(self.spec_name, "")
-        files = list(dict.fromkeys(f"../{g.name.removeprefix(prefix)}.rules.yaml" for g in self.groups))
+        files = list(dict.fromkeys(f"../{naming.rule_file(self.spec_name, g.name)}" for g in self.groups))
         return {
             "rule_files": files,
             "evaluation_interval": EVALUATION_INTERVAL,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from genobs import naming
 from genobs.plan.model import AlertRule, Plan, RecordingRule, RuleGroup
 
 
@@ -32,6 +33,5 @@ def render_rule_files(plan: Plan) -> dict[str, dict]:
     """file name (under prometheus/) -> rule-file document."""
     files: dict[str, dict] = {}
     for group in plan.groups:
-        part = group.name.removeprefix(f"genobs-{plan.name}-")
-        files[f"{part}.rules.yaml"] = {"groups": [render_group(group)]}
+        files[naming.rule_file(plan.name, group.name)] = {"groups": [render_group(group)]}
     return files

@@ -1,0 +1,77 @@
+"""Table-driven tests of the two pure modules every renderer relies on."""
+
+from __future__ import annotations
+
+import pytest
+
+from genobs import naming
+from genobs import promql as q
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda: naming.record("ttft_seconds", "quantile_rate5m"), "genobs:ttft_seconds:quantile_rate5m"),
+        (lambda: naming.rate_op("rate", "5m"), "rate5m"),
+        (lambda: naming.rate_op("ratio", "1m"), "ratio_rate1m"),
+        (lambda: naming.group("chat", "slo"), "genobs-chat-slo"),
+        (lambda: naming.rule_file("chat", "genobs-chat-recording"), "recording.rules.yaml"),
+        (lambda: naming.anchor("VllmTtftP99High"), "vllmttftp99high"),
+        (lambda: naming.anchor("SLO first-token: fast burn"), "slo-first-token-fast-burn"),
+        (lambda: naming.runbook_url("RUNBOOK.md", "VllmTtftP99High"), "RUNBOOK.md#vllmttftp99high"),
+        (lambda: naming.dashboard_uid("chat"), "genobs-chat"),
+        (lambda: len(naming.dashboard_uid("x" * 60)), 40),
+        (lambda: naming.slo_alert("first-token", "fast"), "SloFirstTokenErrorBudgetBurnFast"),
+        (lambda: naming.slo_alert("availability", "slow"), "SloAvailabilityErrorBudgetBurnSlow"),
+    ],
+)
+def test_naming(call, expected):
+    assert call() == expected
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda: q.quote('a"b\\c\nd'), '"a\\"b\\\\c\\nd"'),
+        (lambda: q.regex_escape("gpt-4.1(mini)"), "gpt-4\\.1\\(mini\\)"),
+        (lambda: q.any_of(["a.b", "c"]), "a\\.b|c"),
+        (lambda: q.selector("m"), "m"),
+        (lambda: q.selector("m", [("a", "=", "x"), ("b", "=~", "y|z")]), 'm{a="x",b=~"y|z"}'),
+        (lambda: q.sum_by(["model_name"], "x"), "sum by (model_name) (x)"),
+        (lambda: q.ratio("a", "b"), "(a) / ((b) > 0)"),
+        (lambda: q.quantile(0.99, ["model_name"], "r"), "histogram_quantile(0.99, sum by (le, model_name) (r))"),
+        (lambda: q.le_matcher(1.0), ("le", "=~", "1(\\.0+)?")),
+        (lambda: q.le_matcher(2560.0), ("le", "=~", "2560(\\.0+)?")),
+        (lambda: q.le_matcher(0.25), ("le", "=~", "0\\.250*")),
+    ],
+)
+def test_promql_builders(call, expected):
+    assert call() == expected
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ('sum by (a) (rate(x{a="1"}[5m])) / (sum by (a) (rate(y[5m])) > 0)', {"x", "y"}),
+        ('absent(up{job="v"}) or (up == 1 unless on (instance) count by (instance) (z))', {"up", "z"}),
+        ("vllm:e2e_request_latency_seconds_count", {"vllm:e2e_request_latency_seconds_count"}),
+    ],
+)
+def test_metric_names(expr, names):
+    assert q.metric_names(expr) == names
+
+
+def test_metric_names_rejects_invalid_promql():
+    with pytest.raises(ValueError, match="invalid PromQL"):
+        q.metric_names("sum by (a (x)")
+
+
+@pytest.mark.parametrize("bound", [0.001, 0.25, 1.0, 2.5, 10.0, 2560.0])
+def test_le_matcher_accepts_both_prometheus_spellings(bound):
+    import re
+
+    _, _, pattern = q.le_matcher(bound)
+    two = f"{bound:g}"
+    three = two if "." in two else two + ".0"
+    assert re.fullmatch(pattern, two) and re.fullmatch(pattern, three)
+    assert not re.fullmatch(pattern, two + "1")
