@@ -19,7 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from genobs.catalog import load_catalog, parse_version
 from genobs.sim import SCENARIOS, Simulator
 from genobs.sim.cli import simulate
-from genobs.sim.collector import CREATED_SINCE
 
 CAT = load_catalog()
 REPO = Path(__file__).parents[1]
@@ -106,7 +105,7 @@ def mean(a: dict, b: dict, key: str, model: str) -> float:
 
 
 def expected_created(v: tuple) -> set[str]:
-    if v < CREATED_SINCE:
+    if v < load_catalog().created_series_since:
         return set()
     out = set()
     for m in CAT.metrics.values():

@@ -11,16 +11,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from genobs.catalog import Catalog, MetricDef, Version
+from genobs.catalog import Catalog, MetricDef, Version, load_catalog
 
 from .traffic import GC_GENERATIONS, Fleet, SeriesState
 
 #: Catalog keys of the optional families (registered by vLLM only with the matching config).
 SPEC_DECODE_PREFIX = "spec_decode_"
 NIXL_PREFIX = "nixl_"
-#: First release whose default engine (V1) exposes `<name>_created` samples; the V0 engine
-#: called prometheus_client.disable_created_metrics() (see vllm_metrics.md, wire-name rules).
-CREATED_SINCE: Version = (0, 8, 0)
 
 
 @dataclass(frozen=True)
@@ -73,7 +70,8 @@ class FleetCollector:
         self.version = version
         self.engine_label = engine_label
         self.elapsed = elapsed
-        self.created = version >= CREATED_SINCE
+        # the V0 engine disabled `<name>_created` samples; the catalog says from when they appear
+        self.created = version >= load_catalog().created_series_since
         self.created_at = time.time() if created_at is None else created_at
         self.reasons = fleet.reasons
 
