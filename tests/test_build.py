@@ -127,3 +127,32 @@ def test_schema_file_is_current():
 def test_module_entry_point_runs():
     proc = subprocess.run([sys.executable, "-m", "genobs", "--version"], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0 and "genobs" in proc.stdout
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_dashboard_panels_have_units_descriptions_and_do_not_overlap(spec: Path):
+    out = render_spec(spec)
+    dashboard = json.loads(next(v for k, v in out.files.items() if k.startswith("grafana/")))
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    cells: set[tuple[int, int]] = set()
+    titles = []
+    for p in dashboard["panels"]:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps another panel"
+                cells.add((x, y))
+        if p["type"] == "row":
+            titles.append(p["title"])
+            continue
+        assert p["description"], p["title"]
+        unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit") or (p.get("yAxis") or {}).get("format")
+        assert unit, p["title"]
+        for t in p["targets"]:
+            assert t["datasource"] == "${datasource}"
+    # per-user panels stand in their own row, apart from system throughput
+    assert "Per-user experience (tok/s/user)" in titles and "System throughput (tok/s)" in titles
+    variables = [v["name"] for v in dashboard["templating"]["list"]]
+    assert variables[0] == "datasource"
+    assert set(variables[1:]) == set(yaml.safe_load(spec.read_text())["service"].get("group_by", ["model_name"]))
