@@ -15,10 +15,11 @@ $(BIN)/genobs: pyproject.toml
 setup: $(BIN)/genobs
 
 promtool:
-	@command -v promtool >/dev/null 2>&1 || { \
-	  echo "installing Debian's prometheus package for promtool"; \
+	@{ command -v promtool && command -v prometheus && command -v amtool; } >/dev/null 2>&1 || { \
+	  echo "installing Debian's prometheus and prometheus-alertmanager packages (promtool, prometheus, amtool)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    prometheus prometheus-alertmanager >/dev/null; }
 
 examples: setup
 	$(BIN)/genobs build specs/

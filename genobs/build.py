@@ -51,6 +51,7 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
         files[f"prometheus/{name}"] = dump_yaml(data, plan.name)
     for name, data in plan.unit_tests:
         files[f"prometheus/tests/{name}"] = dump_yaml(data, plan.name)
+    files["alertmanager/inhibit-rules.yaml"] = dump_yaml({"inhibit_rules": list(plan.inhibit_rules)}, plan.name)
     files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
     files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
     if kubernetes or doc.spec.kubernetes.enabled:

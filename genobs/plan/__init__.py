@@ -14,6 +14,7 @@ from genobs.plan import slo, unittests
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, format_threshold, preset_data, resolve, signal_data
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables
+from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RuleGroup, RunbookEntry, Severity
 from genobs.plan.recording import build_recording
 
@@ -217,6 +218,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         runbook=_runbook(alerts),
         slo_runbook=slos.runbook,
         unit_tests=unit_tests,
+        inhibit_rules=build_inhibit_rules(ctx, [r for g in groups for r in g.rules if isinstance(r, AlertRule)]),
         warnings=tuple(_unreachable(ctx, alerts)) + tuple(notes),
         raw_metrics=frozenset(n for n in raw if not n.startswith(naming.PREFIX + ":")),
     )

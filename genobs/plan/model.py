@@ -122,6 +122,7 @@ class Plan:
     runbook: tuple[RunbookEntry, ...]
     slo_runbook: tuple[dict, ...] = ()
     unit_tests: tuple[tuple[str, dict], ...] = ()
+    inhibit_rules: tuple[dict, ...] = ()  # Alertmanager inhibit_rules entries
     warnings: tuple[str, ...] = ()  # things the spec compiles to but a user should know
     raw_metrics: frozenset[str] = field(default_factory=frozenset)
 
