@@ -7,7 +7,7 @@ from pathlib import Path
 
 from genobs import promtool
 from genobs.errors import Problem, SpecError
-from genobs.loader import load_spec, sort_problems
+from genobs.loader import load_spec
 from genobs.writer import dump_json, dump_yaml, replace_dir
 
 
@@ -42,10 +42,7 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
     from genobs.render.runbook import render_runbook
 
     doc = load_spec(path)
-    try:
-        plan = build_plan(doc)
-    except SpecError as exc:
-        raise SpecError(sort_problems(exc.problems)) from None
+    plan = build_plan(doc)
     files: dict[str, bytes] = {}
     for name, data in render_rule_files(plan).items():
         files[f"prometheus/{name}"] = dump_yaml(data, plan.name)

@@ -4,18 +4,19 @@ that the engine version supports what the spec asks for."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from genobs import naming
 from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
-from genobs.loader import SpecDocument
+from genobs.loader import SpecDocument, sort_problems
 from genobs.plan import slo, unittests
-from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, format_threshold, preset_data, resolve, signal_data
+from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, signal_data
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables
 from genobs.plan.inhibit import build_inhibit_rules
-from genobs.plan.model import AlertRule, Dashboard, Plan, RuleGroup, RunbookEntry, Severity
+from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry, Severity
 from genobs.plan.recording import build_recording
 
 _LINE_COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
@@ -117,17 +118,19 @@ def _runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
     return tuple(entries.values())
 
 
-def _check_expressions(plan_groups: tuple[RuleGroup, ...], ctx: Context) -> None:
-    """Every expression parses and every raw metric exists for the version."""
+def _raw_metrics(groups: tuple[RuleGroup, ...], ctx: Context, recorded: set[str]) -> frozenset[str]:
+    """Parse every expression once; every raw series it reads must exist for the version."""
     known = ctx.catalog.names_for(ctx.version) | {"up"}
     if ctx.dialect == "underscore":
         known = {n.replace(":", "_") for n in known}
-    recorded = {r.record for g in plan_groups for r in g.rules if hasattr(r, "record")}
-    for g in plan_groups:
+    raw: set[str] = set()
+    for g in groups:
         for rule in g.rules:
-            for name in q.metric_names(rule.expr):
-                if name not in known and name not in recorded:
+            for name in q.metric_names(rule.expr) - recorded:
+                if name not in known:
                     raise AssertionError(f"{name} in {rule.expr} is not exported by vLLM {ctx.version_text}")
+                raw.add(name)
+    return frozenset(raw)
 
 
 def _unreachable(ctx: Context, alerts: list[AlertRule]) -> list[str]:
@@ -171,7 +174,7 @@ def build_plan(doc: SpecDocument) -> Plan:
     if ctx is not None:
         slo.validate(doc, ctx, report)
     if problems or ctx is None:
-        raise SpecError(sorted(problems, key=lambda p: (p.file, p.line or 0, p.column or 0)))
+        raise SpecError(sort_problems(problems))
 
     rec = build_recording(ctx)
     base_url = spec.runbook.base_url or "RUNBOOK.md"
@@ -183,8 +186,9 @@ def build_plan(doc: SpecDocument) -> Plan:
     )
     if slos.rules:
         groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
-    _check_expressions(groups, ctx)
-    unit_tests, notes = unittests.build_unit_tests_and_notes(ctx, rec, groups, spec.name)
+    recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
+    raw = _raw_metrics(groups, ctx, recorded)
+    unit_tests, notes = unittests.build_unit_tests(ctx, rec, groups, spec.name)
     preset = preset_data()[spec.use_case]
     title = spec.dashboard.title or f"vLLM - {spec.name}"
     dashboard = Dashboard(
@@ -196,12 +200,8 @@ def build_plan(doc: SpecDocument) -> Plan:
         variables=build_variables(ctx, rec),
         rows=slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)),
     )
-    _check_panels(dashboard.rows, {r.record for g in groups for r in g.rules if hasattr(r, "record")})
-    raw = set()
-    for g in groups:
-        for rule in g.rules:
-            raw |= q.metric_names(rule.expr)
-    return Plan(
+    _check_panels(dashboard.rows, recorded)
+    plan = Plan(
         name=spec.name,
         title=title,
         use_case=spec.use_case,
@@ -218,10 +218,10 @@ def build_plan(doc: SpecDocument) -> Plan:
         runbook=_runbook(alerts),
         slo_runbook=slos.runbook,
         unit_tests=unit_tests,
-        inhibit_rules=build_inhibit_rules(ctx, [r for g in groups for r in g.rules if isinstance(r, AlertRule)]),
         warnings=tuple(_unreachable(ctx, alerts)) + tuple(notes),
-        raw_metrics=frozenset(n for n in raw if not n.startswith(naming.PREFIX + ":")),
+        raw_metrics=raw,
     )
+    return replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
 
 
-__all__ = ["build_plan", "format_threshold"]
+__all__ = ["build_plan"]

@@ -58,6 +58,10 @@ class Resolved:
     unit: str = ""
     value_format: str = ""  # printf format of $value in the description; default by kind
 
+    @property
+    def comparator(self) -> str:
+        return ">" if self.direction == "above" else "<"
+
 
 def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]:
     """`overrides`: signal -> fields the spec set. `report(path, message)` records problems."""
@@ -125,6 +129,11 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
     return out
 
 
+def labels_template(labels: tuple[str, ...]) -> str:
+    """'model_name {{ $labels.model_name }}, job {{ $labels.job }}' for alert descriptions."""
+    return ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in labels)
+
+
 # p99 alerts on a latency histogram: alert name -> (histogram key, dashboard panel)
 LATENCY_ALERTS = {
     "VllmTtftP99High": ("ttft", "Time to first token"),
@@ -148,7 +157,7 @@ class AlertBuilder:
     def condition(self, a: Resolved, threshold: float) -> tuple[str, str, str] | None:
         """(expr, compared series, dashboard panel) or None when the signal does not apply."""
         ctx, r = self.ctx, self.rec
-        op = ">" if a.direction == "above" else "<"
+        op = a.comparator
         t = f"{threshold:g}"
         p99 = (("quantile", "=", "0.99"),)
         if a.name in LATENCY_ALERTS:
@@ -193,10 +202,10 @@ class AlertBuilder:
             series = f"deriv({rss}[30m]) * 3600 / {rss}"
             return f"{series} {op} {t}", series, "API-server resident memory"
         if a.name == "VllmTargetDown":
-            series = q.selector("up", ctx.raw_matchers(process=True))
+            series = ctx.up()
             return f"{series} == 0", series, "Scrape targets up"
         if a.name == "VllmMetricsAbsent":
-            up = q.selector("up", ctx.raw_matchers(process=True))
+            up = ctx.up()
             series = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
             # a target that is up but exports no engine series, or no target at all
             expr = f"absent({up}) or ({up} == 1 unless on (instance) count by (instance) ({series}))"
@@ -210,8 +219,8 @@ class AlertBuilder:
 
     def build(self, resolved: list[Resolved]) -> list[AlertRule]:
         rules: list[AlertRule] = []
-        labels_text = ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in self.ctx.group)
-        process_text = ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in self.ctx.process_group)
+        labels_text = labels_template(self.ctx.group)
+        process_text = labels_template(self.ctx.process_group)
         for a in resolved:
             for severity, threshold in a.levels:
                 found = self.condition(a, threshold)
@@ -245,7 +254,7 @@ class AlertBuilder:
                         labels=tuple(extra),
                         threshold_text=threshold_text,
                         threshold=None if a.kind == "none" else threshold,
-                        comparator="" if a.kind == "none" else (">" if a.direction == "above" else "<"),
+                        comparator="" if a.kind == "none" else a.comparator,
                         query=series,
                         panel=panel,
                     )

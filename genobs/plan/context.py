@@ -75,6 +75,10 @@ class Context:
     def raw(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
         return q.selector(self.metric(key, suffix), self.raw_matchers(self.is_process(key)) + extra)
 
+    def up(self) -> str:
+        """The scrape-health series of the targets behind the selector."""
+        return q.selector("up", self.raw_matchers(process=True))
+
     def rate(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
         return q.rate(self.raw(key, suffix, extra), self.window)
 

@@ -174,7 +174,7 @@ def _process(r: Recorder) -> None:
     r.add("process_rss", "api_server_resident_memory", "bytes", q.max_by(ctx.process_group, ctx.raw("process_rss")))
     r.add("process_gc", "api_server_gc_collections", "rate", ctx.sum_rate("gc_collections", labels=("generation",)))
     targets = tuple(label for label in ctx.process_group if label != "instance")
-    up = q.selector("up", ctx.raw_matchers(process=True))
+    up = ctx.up()
     r.add("process_targets_up", "scrape_targets_up", "sum", q.sum_by(targets, up))
     r.add("process_targets", "scrape_targets", "count", f"count {q.by(targets)} ({up})")
 

@@ -11,6 +11,7 @@ import yaml
 
 from genobs import naming
 from genobs import promql as q
+from genobs.plan.alerts import labels_template
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, Target
 from genobs.units import format_percent, parse_ratio, parse_seconds, prom_duration_seconds
@@ -116,7 +117,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
     rows: list[Row] = []
     runbook: list[dict] = []
     g = ctx.group
-    labels_text = ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in g)
+    labels_text = labels_template(g)
     for slo in doc.spec.slos:
         objective = parse_ratio(slo.objective)
         budget = 1 - objective
@@ -133,9 +134,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
             def errors(w: str, bad=tuple(bad)) -> str:
                 sel_bad = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(bad)),))
                 # V0 creates a finished_reason series only once seen: absent means 0
-                return (
-                    f"({q.sum_by(g, q.rate(sel_bad, w))} or {q.sum_by(g, q.rate(ctx.raw('request_success'), w))} * 0)"
-                )
+                return f"({q.sum_by(g, q.rate(sel_bad, w))} or {totals(w)} * 0)"
 
         else:
             key, signal, verb = LATENCY_SLIS[slo.sli]
@@ -169,8 +168,9 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
         remaining = f"1 - {ctx.recorded(naming.record('slo_error', f'ratio_{slo.period}'), sel)} / {budget:g}"
         rules.append(RecordingRule(naming.record("slo_error_budget", f"remaining_{slo.period}"), remaining, tag))
 
+        table = _rows(slo)
         by_severity: dict[str, list[dict]] = {}
-        for row in _rows(slo):
+        for row in table:
             by_severity.setdefault(row["severity"], []).append(row)
         for severity, pairs in by_severity.items():
             speed = "fast" if severity == "critical" else "slow"
@@ -226,7 +226,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
                     "panel": f"SLO {slo.name}",
                 }
             )
-        rows.append(_slo_row(ctx, slo, objective, windows, _rows(slo)))
+        rows.append(_slo_row(ctx, slo, objective, windows, table))
     return SloPlan(tuple(rules), tuple(rows), tuple(runbook))
 
 

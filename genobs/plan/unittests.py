@@ -364,13 +364,10 @@ class _Planner:
 
 def build_unit_tests(
     ctx: Context, rec: Recorder, groups: tuple[RuleGroup, ...], spec_name: str
-) -> tuple[tuple[str, dict], ...]:
-    """(file name, promtool test document) pairs: written to prometheus/tests/<file name>,
-    run by `promtool test rules` from prometheus/ (rule_files are relative to the test file)."""
-    return _build(ctx, rec, groups, spec_name)[0]
-
-
-def _build(ctx, rec, groups, spec_name) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
+) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
+    """(file name, promtool test document) pairs, written to prometheus/tests/<file name> and
+    run by `promtool test rules` from prometheus/ (rule_files are relative to the test file),
+    plus notes on the alerts they cannot make fire."""
     p = _Planner(ctx, rec, groups, spec_name)
     if not p.alerts:
         return (), []
@@ -379,18 +376,6 @@ def _build(ctx, rec, groups, spec_name) -> tuple[tuple[tuple[str, dict], ...], l
     if cases:
         files.insert(0, ("alerts.test.yaml", p.document([p.pack_group(pack) for pack in p.pack(cases)])))
     return tuple(files), p.notes
-
-
-def build_unit_tests_and_notes(
-    ctx: Context, rec: Recorder, groups: tuple[RuleGroup, ...], spec_name: str
-) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
-    """Unit tests plus notes on the alerts they cannot make fire."""
-    return _build(ctx, rec, groups, spec_name)
-
-
-def unit_tests_for(doc) -> tuple[tuple[str, dict], ...]:
-    """(file name, promtool test document) pairs of a loaded spec."""
-    return unit_tests_and_notes(doc)[0]
 
 
 def unit_tests_and_notes(doc) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
