@@ -52,7 +52,8 @@ class LazyGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except SpecError as exc:
-            fail_spec(exc)
+            # read-only commands (explain, doctor, ...) never write, so "nothing was written" would mislead
+            fail_spec(exc, f"fix the spec and run genobs {ctx.invoked_subcommand} again")
         except BrokenPipeError:  # `genobs explain x | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)

@@ -196,7 +196,13 @@ def explain(name: str | None, spec: Path | None) -> None:
         if not spec.exists():
             click.echo(f"{spec}: error: no such file", err=True)
             raise SystemExit(2)
-        plan, label = build_plan(load_spec(spec)), f"{spec} ({{}})"
+        from genobs.cli import fail_spec
+        from genobs.errors import SpecError
+
+        try:
+            plan, label = build_plan(load_spec(spec)), f"{spec} ({{}})"
+        except SpecError as exc:
+            fail_spec(exc, "nothing to explain until the spec is fixed")
     else:
         plan, label = default_plan(), f"{DEFAULT_SPEC_FILE} ({{}}; pass --spec FILE for yours)"
     label = label.format(f"use case {plan.use_case}, vLLM {plan.engine_version}")

@@ -8,7 +8,33 @@ import re
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
 _PROM_DURATION_RE = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
-_PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*%$")
+_SIGNED_PERCENT_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*%$")
+# unit spellings people write -> the unit genobs reads ("10min" -> "10m")
+_UNIT_ALIASES = {
+    "ms": "ms", "msec": "ms", "msecs": "ms", "millisecond": "ms", "milliseconds": "ms",
+    "s": "s", "sec": "s", "secs": "s", "second": "s", "seconds": "s",
+    "m": "m", "min": "m", "mins": "m", "minute": "m", "minutes": "m",
+    "h": "h", "hr": "h", "hrs": "h", "hour": "h", "hours": "h",
+    "d": "d", "day": "d", "days": "d",
+    "w": "w", "wk": "w", "wks": "w", "week": "w", "weeks": "w",
+    "y": "y", "yr": "y", "yrs": "y", "year": "y", "years": "y",
+}  # fmt: skip
+_LOOSE_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z]+)$")
+
+
+def _did_you_mean(value: object, units: tuple[str, ...], whole: bool = False) -> str:
+    """' (did you mean 10m?)' when the value is a number with a misspelt or spaced unit."""
+    if not isinstance(value, str):
+        return ""
+    m = _LOOSE_DURATION_RE.match(value.strip())
+    unit = _UNIT_ALIASES.get(m.group(2).lower()) if m else None
+    if m is None or unit is None or unit not in units:
+        return ""
+    number = m.group(1)
+    if whole and "." in number:
+        return ""  # Prometheus durations take whole numbers; no single obvious rewrite
+    guess = f"{number}{unit}"
+    return "" if guess == value else f"; did you mean {guess}?"
 
 
 def parse_seconds(value: object) -> float:
@@ -17,14 +43,16 @@ def parse_seconds(value: object) -> float:
         raise ValueError(f"expected a duration with a unit such as 500ms, 1s or 2m, got {value!r}")
     m = _DURATION_RE.match(value.strip())
     if not m:
-        raise ValueError(f"{value!r} is not a duration; write e.g. 500ms, 1s, 2.5s or 10m")
+        hint = _did_you_mean(value, tuple(_DURATION_UNITS))
+        raise ValueError(f"{value!r} is not a duration" + (hint or "; write e.g. 500ms, 1s, 2.5s or 10m"))
     return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
 
 
 def parse_prom_duration(value: object) -> str:
     """A Prometheus duration such as '10m' or '1h30m', returned unchanged."""
     if not isinstance(value, str) or not _PROM_DURATION_RE.match(value.strip()):
-        raise ValueError(f"{value!r} is not a Prometheus duration; write e.g. 5m, 1h or 1h30m")
+        hint = _did_you_mean(value, (*_DURATION_UNITS, "y"), whole=True)
+        raise ValueError(f"{value!r} is not a Prometheus duration" + (hint or "; write e.g. 5m, 1h or 1h30m"))
     return value.strip()
 
 
@@ -44,9 +72,11 @@ def parse_ratio(value: object) -> float:
             return float(value)
         raise ValueError(f"{value!r} is not a fraction between 0 and 1; write percentages with %, e.g. {value}%")
     if isinstance(value, str):
-        m = _PERCENT_RE.match(value.strip())
-        if m and float(m.group(1)) <= 100:
+        m = _SIGNED_PERCENT_RE.match(value.strip())
+        if m and 0 <= float(m.group(1)) <= 100:
             return float(m.group(1)) / 100
+        if m:
+            raise ValueError(f"{value!r} is out of range; a percentage here is between 0% and 100%")
     raise ValueError(f"{value!r} is not a percentage; write e.g. 5% or 99.5%")
 
 

@@ -149,6 +149,9 @@ def test_explain_bad_spec_exit_2(tmp_path: Path):
     bad.write_text("version: genobs/v1\nname: b\nuse_case: chta\n")
     result = run("explain", "ttft", "--spec", str(bad))
     assert result.exit_code == 2 and f"{bad}:3:11: error: use_case:" in result.stderr
+    # explain never writes anything, so it must not claim "nothing was written"
+    assert "nothing was written" not in result.stderr
+    assert result.stderr.rstrip().endswith("1 problem found; nothing to explain until the spec is fixed")
 
 
 # --- check ------------------------------------------------------------------------------------

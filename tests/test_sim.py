@@ -22,7 +22,7 @@ from genobs.sim.cli import simulate
 
 CAT = load_catalog()
 REPO = Path(__file__).parents[1]
-REAL_EXPOSITION = Path(__file__).parents[2] / "shared/reference/vllm_real_exposition.txt"
+REAL_EXPOSITION = Path(__file__).parent / "fixtures" / "vllm_0.33.0_metrics.txt"  # vLLM's own output
 # What Prometheus 2.x sends when scraping (scrape.go, acceptHeader).
 PROM2_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
@@ -225,8 +225,6 @@ def test_optional_families_are_flags() -> None:
 
 
 def test_label_sets_exist_in_real_vllm_033() -> None:
-    if not REAL_EXPOSITION.exists():
-        pytest.skip(f"{REAL_EXPOSITION} not present")
     real: dict[str, set] = {}
     real_types = {}
     for fam in text_string_to_metric_families(REAL_EXPOSITION.read_text()):

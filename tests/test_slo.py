@@ -175,7 +175,7 @@ def test_error_budget_never_nan_without_traffic(tmp_path, promtool):
     [
         (
             "{name: x, sli: ttft, threshold: 1.2s, objective: 99%}",
-            "not a bucket boundary of vllm:time_to_first_token_seconds in vLLM 0.33.0; nearest boundaries: 0.75s, 1s, 2.5s, 5s",
+            "not a bucket boundary of vllm:time_to_first_token_seconds in vLLM 0.33.0; nearest boundaries: 750ms, 1s, 2.5s, 5s",
         ),
         ("{name: x, sli: ttft, objective: 99%}", "needs a threshold"),
         ("{name: x, sli: success, objective: 99%, bad_reasons: [repetition]}", None),

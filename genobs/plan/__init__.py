@@ -18,6 +18,7 @@ from genobs.plan.dashboard import build_dashboard_rows, build_variables
 from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry, Severity
 from genobs.plan.recording import build_recording
+from genobs.units import format_seconds
 
 _LINE_COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
 
@@ -144,7 +145,7 @@ def _unreachable(ctx: Context, alerts: list[AlertRule]) -> list[str]:
         if top is not None and a.threshold >= top:
             out.append(
                 f"{a.name} ({a.severity}, > {a.threshold_text}) can never fire: the largest finite bucket of "
-                f"{ctx.metric(key)} in vLLM {ctx.version_text} is {top:g}s; lower the threshold below it"
+                f"{ctx.metric(key)} in vLLM {ctx.version_text} is {format_seconds(top)}; lower the threshold below it"
             )
     return out
 

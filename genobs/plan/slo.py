@@ -14,7 +14,7 @@ from genobs import promql as q
 from genobs.plan.alerts import labels_template
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, Target
-from genobs.units import format_percent, parse_ratio, parse_seconds, prom_duration_seconds
+from genobs.units import format_percent, format_seconds, parse_ratio, parse_seconds, prom_duration_seconds
 
 # SLI -> (histogram key, signal label, wording)
 LATENCY_SLIS = {
@@ -55,7 +55,7 @@ class SloPlan:
 def _nearest(bounds: tuple[float, ...], value: float) -> str:
     below = [b for b in bounds if b < value][-2:]
     above = [b for b in bounds if b > value][:2]
-    return ", ".join(f"{b:g}s" for b in (*below, *above))
+    return ", ".join(format_seconds(b) for b in (*below, *above))
 
 
 def validate(doc, ctx: Context, report) -> None:
