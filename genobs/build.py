@@ -36,13 +36,12 @@ class InternalError(Exception):
 def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
     """Everything a spec compiles to, in memory. Raises SpecError. `kubernetes`:
     True adds kubernetes/ whatever the spec says; None follows `kubernetes.enabled`."""
-    from genobs.plan import build_plan
+    from genobs.plan import load_plan
     from genobs.render.dashboard import render_dashboard
     from genobs.render.rules import render_rule_files
     from genobs.render.runbook import render_runbook
 
-    doc = load_spec(path)
-    plan = build_plan(doc)
+    doc, plan = load_plan(path)
     files: dict[str, bytes] = {}
     for name, data in render_rule_files(plan).items():
         files[f"prometheus/{name}"] = dump_yaml(data, plan.name)

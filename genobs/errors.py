@@ -31,3 +31,6 @@ class SpecError(Exception):
     def __init__(self, problems: list[Problem]):
         super().__init__("\n".join(str(p) for p in problems))
         self.problems = problems
+        # what is left of the spec without the values that have problems (a loader
+        # SpecDocument), so later stages can still check it; None when nothing is usable
+        self.partial: object | None = None

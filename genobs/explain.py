@@ -189,8 +189,7 @@ def explain(name: str | None, spec: Path | None) -> None:
     """Explain NAME (an alert such as VllmTtftP99High, or a signal such as ttft):
     what it watches, its PromQL, thresholds per severity, `for` and the first
     action. Without NAME, list every alert and signal."""
-    from genobs.loader import load_spec
-    from genobs.plan import build_plan
+    from genobs.plan import load_plan
 
     if spec is not None:
         if not spec.exists():
@@ -200,7 +199,7 @@ def explain(name: str | None, spec: Path | None) -> None:
         from genobs.errors import SpecError
 
         try:
-            plan, label = build_plan(load_spec(spec)), f"{spec} ({{}})"
+            plan, label = load_plan(spec)[1], f"{spec} ({{}})"
         except SpecError as exc:
             fail_spec(exc, "nothing to explain until the spec is fixed")
     else:

@@ -32,8 +32,15 @@ class SpecDocument:
     file: str
     positions: dict[Path_, tuple[int, int]] = field(default_factory=dict)
     key_positions: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+    # a partial document (see load_spec_text): its path -> the path in the file
+    origins: dict[Path_, Path_] = field(default_factory=dict)
 
     def problem(self, path: Path_, message: str, level: str = "error") -> Problem:
+        path = tuple(path)
+        for n in range(len(path), 0, -1):
+            if path[:n] in self.origins:
+                path = self.origins[path[:n]] + path[n:]
+                break
         return _problem(self.file, self.positions, path, message, level)
 
 
@@ -346,11 +353,16 @@ def load_spec(path: str | Path) -> SpecDocument:
 
 
 def load_spec_text(text: str, file: str = "<spec>") -> SpecDocument:
+    """A validated spec, or SpecError with every problem; when the file has problems
+    but enough is valid, the SpecError carries `partial`: a SpecDocument of what is
+    left, on which `plan` runs its checks so one run reports everything."""
     text = text.removeprefix("\ufeff")
     data, positions, key_positions, problems = _parse(text, file)
     seen = {(p.line, p.column, p.field) for p in problems}
+    bad: set[Path_] = set()
 
     def report(path: Path_, message: str, where: dict = positions) -> None:
+        bad.add(tuple(path))
         p = _problem(file, where, path, message)
         if (p.line, p.column, p.field) not in seen:
             seen.add((p.line, p.column, p.field))
@@ -366,5 +378,19 @@ def load_spec_text(text: str, file: str = "<spec>") -> SpecDocument:
             report(loc, msg, key_positions if key_error and tuple(loc) in key_positions else positions)
     threshold_problems(data, report)
     if problems or spec is None:
-        raise SpecError(sort_problems(problems))
+        error = SpecError(sort_problems(problems))
+        error.partial = _partial(data, bad, file, positions, key_positions)
+        raise error
     return SpecDocument(spec=spec, file=file, positions=positions, key_positions=key_positions)
+
+
+def _partial(data: object, bad: set[Path_], file: str, positions: dict, key_positions: dict) -> SpecDocument | None:
+    from genobs.salvage import salvage
+
+    found = salvage(Spec, data, {p for p in bad if p})
+    if found is None:
+        return None
+    spec, moves = found
+    # positions stay those of the file; problems are mapped back to the file's paths
+    moved = {new: old for new, old in moves.items() if new != old}
+    return SpecDocument(spec=spec, file=file, positions=positions, key_positions=key_positions, origins=moved)  # type: ignore[arg-type]

@@ -34,15 +34,22 @@ def _q(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def schema_ref(target: Path | None) -> str:
-    """Relative path from the spec to the nearest genobs.schema.json above it (the
-    specs/ convention `../genobs.schema.json` when writing to stdout or none is found)."""
-    if target is not None:
-        folder = target.resolve().parent
-        for d in (folder, *folder.parents):
-            if (d / SCHEMA_FILE).is_file():
-                return Path(os.path.relpath(d / SCHEMA_FILE, folder)).as_posix()
-    return f"../{SCHEMA_FILE}"
+def schema_ref(target: Path | None) -> str | None:
+    """Relative path from the spec (or, for stdout, the working folder) to the nearest
+    genobs.schema.json at or above it; None when there is none, so the spec never
+    points an editor at a file that does not exist."""
+    folder = target.resolve().parent if target is not None else Path.cwd()
+    for d in (folder, *folder.parents):
+        if (d / SCHEMA_FILE).is_file():
+            return Path(os.path.relpath(d / SCHEMA_FILE, folder)).as_posix()
+    return None
+
+
+def schema_line(schema: str | None) -> str:
+    if schema is None:
+        # no modeline: an editor would look for a file that is not there
+        return f"# editor completion: `genobs schema > {SCHEMA_FILE}`, then point a yaml-language-server $schema line at it"
+    return f"# yaml-language-server: $schema={schema}"
 
 
 def _threshold_text(value: object) -> str:
@@ -55,7 +62,8 @@ def spec_text(
     name: str | None = None,
     engine_version: str | None = None,
     namespace: str | None = "llm-prod",
-    schema: str = f"../{SCHEMA_FILE}",
+    schema: str | None = f"../{SCHEMA_FILE}",
+    warnings: tuple[str, ...] = (),
 ) -> str:
     """The commented spec `genobs init` writes; no model watches every model behind the selector."""
     preset = presets()[use_case]
@@ -75,7 +83,7 @@ def spec_text(
         return f"{code:<35} # {comment}" if comment else code
 
     lines = [
-        f"# yaml-language-server: $schema={schema}",
+        schema_line(schema),
         f"# {use_case}: {preset['description']}",
         f"# Primary KPI: {preset['primary_kpi']}; secondary: {preset['secondary_kpi']}.",
         "# Build: genobs build <this file>; explain an alert: genobs explain <alert> --spec <this file>",
@@ -107,6 +115,13 @@ def spec_text(
         "",
         c("evaluation_interval: 30s", "rule-group interval"),
         "",
+        *(
+            [f"# genobs build warns, with vLLM {version} and this preset:"]
+            + [f"#   {w}" for w in warnings]
+            + ["#   (set thresholds the histogram can reach under alerts:)"]
+            if warnings
+            else []
+        ),
         c("alerts: {}", "only what differs from the preset, e.g.:"),
         "#   ttft: {warning: 1s, critical: 2.5s, for: 10m}",
         "#   length_finish: {warning: 5%, critical: 15%}",
@@ -132,12 +147,11 @@ def spec_text(
     return "\n".join(lines) + "\n"
 
 
-def validate(text: str, file: str) -> None:
-    """Load and plan the text; SpecError when the options make an invalid spec."""
-    from genobs.loader import load_spec_text
-    from genobs.plan import build_plan
+def validate(text: str, file: str) -> tuple[str, ...]:
+    """Load and plan the text; its plan warnings. SpecError when the options make an invalid spec."""
+    from genobs.plan import load_plan
 
-    build_plan(load_spec_text(text, file))
+    return load_plan(text=text, file=file)[1].warnings
 
 
 # spec field -> the option it came from, for problems with what the user typed
@@ -176,11 +190,12 @@ def init(
     """Write a commented starting spec for a use case (stdout, or -o FILE)."""
     if output is not None and output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")
-    text = spec_text(use_case, model, name, engine_version, namespace, schema_ref(output))
+    args = (use_case, model, name, engine_version, namespace, schema_ref(output))
+    text = spec_text(*args)
     from genobs.errors import SpecError
 
     try:
-        validate(text, "<genobs init>")
+        warnings = validate(text, "<genobs init>")
     except SpecError as exc:
         seen = set()
         for p in exc.problems:
@@ -189,6 +204,10 @@ def init(
                 seen.add(option)
                 click.echo(f"error: {option}: {p.message}", err=True)
         raise SystemExit(2) from None
+    if warnings:  # the same the build will print; written into the spec as comments too
+        text = spec_text(*args, warnings=warnings)
+        for w in warnings:
+            click.echo(f"warning: {w}", err=True)
     if output is None:
         click.echo(text, nl=False)
         return

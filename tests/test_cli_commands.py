@@ -28,11 +28,12 @@ def run(*args: str, **kwargs):
 # --- init -------------------------------------------------------------------------------------
 
 
-def test_init_chat_prints_a_commented_spec_that_builds(tmp_path: Path):
+def test_init_chat_prints_a_commented_spec_that_builds(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(REPO / "specs")
     result = run("init", "--use-case", "chat", "--model", "gpt-oss-120b")
     assert result.exit_code == 0, result.output
     text = result.stdout
-    assert text.startswith("# yaml-language-server: $schema=../genobs.schema.json\n")
+    assert text.startswith("# yaml-language-server: $schema=../genobs.schema.json\n")  # from the working folder
     assert text.count("#") > 20  # commented
     spec = tmp_path / "chat.yaml"
     spec.write_text(text)
@@ -68,6 +69,50 @@ def test_init_every_use_case_with_options_writes_a_file_that_builds(use_case: st
     assert data["name"] == f"{use_case}-prod" and data["service"]["engine_version"] == "0.9.1"
     assert data["service"]["selector"] == {"namespace": "serving"} and data["use_case"] == use_case
     assert render_spec(target).name == f"{use_case}-prod"
+
+
+def _schema_target(text: str, spec_folder: Path) -> Path | None:
+    first = text.splitlines()[0]
+    if "$schema=" not in first:
+        return None
+    return spec_folder / first.split("$schema=", 1)[1]
+
+
+def test_init_schema_line_points_at_a_file_that_exists(tmp_path: Path):
+    (tmp_path / "repo" / "monitoring" / "specs").mkdir(parents=True)
+    (tmp_path / "repo" / "genobs.schema.json").write_text("{}")
+    target = tmp_path / "repo" / "monitoring" / "specs" / "chat.yaml"
+    assert run("init", "--use-case", "chat", "--model", "m", "-o", str(target)).exit_code == 0
+    found = _schema_target(target.read_text(), target.parent)
+    assert found is not None and found.resolve() == (tmp_path / "repo" / "genobs.schema.json").resolve()
+    assert target.read_text().startswith("# yaml-language-server: $schema=../../genobs.schema.json\n")
+
+
+def test_init_without_a_schema_file_writes_no_dangling_schema_line(tmp_path: Path):
+    target = tmp_path / "lonely" / "chat.yaml"
+    assert run("init", "--use-case", "chat", "--model", "m", "-o", str(target)).exit_code == 0
+    text = target.read_text()
+    found = _schema_target(text, target.parent)
+    # either a line pointing at a real file (one may exist above tmp_path) or a hint how to make one
+    assert (found is not None and found.is_file()) or (
+        "yaml-language-server:" not in text and "genobs schema > genobs.schema.json" in text.splitlines()[0]
+    )
+
+
+def test_init_prints_the_warnings_the_build_prints(tmp_path: Path):
+    """agentic on vLLM 0.8.0: E2E buckets end at 60s, so the preset's e2e alert can never fire."""
+    target = tmp_path / "agentic.yaml"
+    result = run("init", "--use-case", "agentic", "--model", "m", "--engine-version", "0.8.0", "-o", str(target))
+    assert result.exit_code == 0, result.output
+    init_warnings = [
+        line.removeprefix("warning: ") for line in result.stderr.splitlines() if line.startswith("warning: ")
+    ]
+    assert any("VllmE2eLatencyP99High" in w and "can never fire" in w for w in init_warnings), result.stderr
+    assert list(render_spec(target).warnings) == init_warnings  # exactly what build will say
+    text = target.read_text()
+    assert all(f"#   {w}" in text for w in init_warnings)  # kept in the file for later readers
+    quiet = run("init", "--use-case", "agentic", "--model", "m", "-o", str(tmp_path / "new.yaml"))
+    assert "warning:" not in quiet.stderr
 
 
 def test_init_refuses_to_overwrite_and_bad_options_exit_2(tmp_path: Path):

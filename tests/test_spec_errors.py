@@ -341,3 +341,32 @@ def test_bad_spec_corpus(case: str, tmp_path: Path, monkeypatch):
     assert result.stderr.splitlines() == expected.read_text().splitlines()
     for line in result.stderr.splitlines()[:-1]:
         assert line.startswith(f"{rel}:") and ": error: " in line
+
+
+def test_schema_and_plan_problems_in_one_run():
+    """A misspelt key used to hide the SLO, version and threshold checks until it was fixed."""
+    from genobs.plan import load_plan
+
+    text = (
+        GOOD
+        + "evalution_interval: 30s\n"
+        + "service: {engine_version: '0.11.0'}\n"
+        + "features: {disaggregated_prefill: true}\n"
+        + "slos:\n"
+        + "  - {name: a, sli: ttfx, objective: 99%}\n"
+        + "  - {name: b, sli: ttft, threshold: 1.2s, objective: 99%}\n"
+    )
+    with pytest.raises(SpecError) as err:
+        load_plan(text=text, file="s.yaml")
+    found = [(p.line, p.column, p.field) for p in err.value.problems]
+    assert found == [
+        (4, 1, "evalution_interval"),
+        (6, 35, "features.disaggregated_prefill"),
+        (8, 20, "slos[0].sli"),
+        (9, 37, "slos[1].threshold"),  # the file's index, although slos[0] could not be kept
+    ], [str(p) for p in err.value.problems]
+    assert "not a bucket boundary" in err.value.problems[-1].message
+    # the same through build, and each reported once
+    with pytest.raises(SpecError) as again:
+        load_plan(text=text.replace("evalution_interval: 30s\n", ""), file="s.yaml")
+    assert len(again.value.problems) == 3

@@ -161,7 +161,8 @@ def _check_panels(rows, recorded: set[str]) -> None:
                     raise AssertionError(f"panel {panel.title!r} reads {sorted(unknown)}, not recorded series")
 
 
-def build_plan(doc: SpecDocument) -> Plan:
+def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
+    """(context, resolved alerts, problems): the version, feature, threshold and SLO checks."""
     spec = doc.spec
     problems: list[Problem] = []
     ctx = _context(doc, problems)
@@ -174,6 +175,34 @@ def build_plan(doc: SpecDocument) -> Plan:
     resolved = resolve(spec.use_case, overrides, report)
     if ctx is not None:
         slo.validate(doc, ctx, report)
+    return ctx, resolved, problems
+
+
+def plan_problems(error: SpecError) -> SpecError:
+    """The load problems of `error` plus the plan's checks on what is left of the spec
+    (`error.partial`), in file order, so one run reports both kinds."""
+    partial = getattr(error, "partial", None)
+    if partial is None:
+        return error
+    where = {(p.line, p.column, p.field) for p in error.problems}
+    extra = [p for p in _checked(partial)[2] if (p.line, p.column, p.field) not in where]
+    return SpecError(sort_problems([*error.problems, *extra])) if extra else error
+
+
+def load_plan(path=None, *, text: str | None = None, file: str = "<spec>") -> tuple[SpecDocument, Plan]:
+    """load then plan a spec file (or `text`); a SpecError lists every problem of both stages."""
+    from genobs.loader import load_spec, load_spec_text
+
+    try:
+        doc = load_spec(path) if text is None else load_spec_text(text, file)
+    except SpecError as exc:
+        raise plan_problems(exc) from None
+    return doc, build_plan(doc)
+
+
+def build_plan(doc: SpecDocument) -> Plan:
+    spec = doc.spec
+    ctx, resolved, problems = _checked(doc)
     if problems or ctx is None:
         raise SpecError(sort_problems(problems))
 
@@ -225,4 +254,4 @@ def build_plan(doc: SpecDocument) -> Plan:
     return replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
 
 
-__all__ = ["build_plan"]
+__all__ = ["build_plan", "load_plan", "plan_problems"]
