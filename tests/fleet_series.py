@@ -1,0 +1,583 @@
+"""promtool `input_series` for production-shaped vLLM fleets, independent of genobs' plan.
+
+A fleet is one or more pools of replicas (pods, `instance`/`pod` labels), each with N
+data-parallel engines (`engine="0"`, `"1"`, ...), scraped under a job and namespace. Every
+replica follows a traffic model (request rate, finish-reason mix, latency distributions,
+gauges, speculative decoding, NIXL, HTTP answers) that events can change over time (a
+replica hangs at minute 10, a pod is down from minute 5 to 12, ...). The generator turns
+that into the series vLLM really exports for the chosen release: wire names, labels and
+default buckets come from `tests/fleet_metrics.yaml`, a hand copy of vLLM's metric
+catalog and a real 0.33.0 `/metrics` body. Nothing here imports genobs.
+
+Counters are cumulative, monotonic and integer where vLLM's are (requests, tokens,
+bucket counts); `_sum` series are floats. Histogram buckets come from a piecewise-linear
+latency distribution (through p50 / p90 / p99), so `histogram_quantile` lands close to
+the distribution's quantile. A replica that is down exports `up 0` and nothing else
+(stale markers, as Prometheus writes them when a scrape fails); when it comes back its
+counters restart from zero, like a restarted pod.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+Labels = tuple[tuple[str, str], ...]
+STEP = 30  # seconds between samples (the scrape interval)
+DATA = yaml.safe_load((Path(__file__).with_name("fleet_metrics.yaml")).read_text())
+
+STATES = ("serving", "hung", "zero_metrics", "down", "absent")
+
+# A healthy interactive chat replica on a large model (per replica, summed over its engines).
+DEFAULT_TRAFFIC: dict[str, Any] = {
+    "state": "serving",
+    "rate": 5.0,  # finished requests per second
+    "finish": {"stop": 1.0},  # shares of finished requests by finished_reason
+    "http_4xx": 0.0,  # share of requests answered 4xx by the API server (never reach the engine)
+    "http_5xx": 0.0,  # share answered 5xx by the API server (never reach the engine)
+    "admission_rejections": 0.0,  # rejected admissions per second (vLLM >= 0.32)
+    "handler": "/v1/chat/completions",
+    "model_list_polls": 0.1,  # GET /v1/models per second: HTTP traffic that is not inference
+    "ttft": {"p50": 0.18, "p99": 0.7},
+    "itl": {"p50": 0.022, "p99": 0.045},  # per engine step
+    "tpot": None,  # default: itl / tokens per step
+    "e2e": {"p50": 5.5, "p99": 20.0},
+    "queue": {"p50": 0.004, "p99": 0.12},
+    "prefill": {"p50": 0.12, "p99": 0.5},
+    "decode": {"p50": 5.3, "p99": 19.0},
+    "inference": {"p50": 5.4, "p99": 19.5},
+    "prompt_tokens": {"p50": 900, "p99": 6000},
+    "output_tokens": {"p50": 250, "p99": 1400},
+    "running": 30,  # requests running on the replica (split over engines)
+    "waiting": 0,  # requests waiting on the replica
+    "waiting_deferred": 0,  # of which deferred (KV transfer, LoRA budget), vLLM >= 0.20
+    "kv": 0.55,  # KV-cache usage per engine (a number, or a list per engine)
+    "preemptions": 0.0,  # per second per replica
+    "prefix_hit": 0.35,
+    "spec_decode": None,  # {accept: [a0, a1, ...]}: acceptance per draft position (k = len)
+    "nixl": None,  # {transfers:/s, failed:/s, failed_notifications:/s, kv_expired:/s, xfer_time:, post_time:, bytes:}
+    "rss": 3.2e9,
+    "rss_growth": 0.0,  # fraction per hour
+}
+
+# Real vLLM 0.33.0 k=3 ngram drafts (vllm_real_exposition.txt): 217 drafts, accepted per
+# position 142 / 67 / 29 -> 0.654 / 0.309 / 0.134; aggregate 238/651 = 0.366; 2.1 tokens/step.
+REAL_K3_ACCEPTANCE = [142 / 217, 67 / 217, 29 / 217]
+
+
+def seconds(value: str | int | float) -> int:
+    if isinstance(value, (int, float)):
+        return int(value)
+    m = re.fullmatch(r"(\d+)(s|m|h)", str(value).strip())
+    if not m:
+        raise ValueError(f"duration {value!r}: write e.g. 30s, 10m, 1h")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def version(v: str) -> tuple[int, ...]:
+    parts = [int(p) for p in re.findall(r"\d+", str(v))[:3]]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def in_range(entry: dict, v: tuple[int, ...]) -> bool:
+    since = version(entry.get("since", "0"))
+    until = entry.get("until")
+    return since <= v and (until is None or v < version(until))
+
+
+def names_for(kind: str, key: str, v: tuple[int, ...]) -> list[dict]:
+    return [e for e in DATA[kind][key] if in_range(e, v)]
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Piecewise-linear CDF through (x, F) knots; a single knot is a constant."""
+
+    knots: tuple[tuple[float, float], ...]
+
+    @staticmethod
+    def of(spec: Any) -> Dist:
+        if isinstance(spec, Dist):
+            return spec
+        key = repr(spec)
+        if key not in _DISTS:
+            _DISTS[key] = Dist._of(spec)
+        return _DISTS[key]
+
+    @staticmethod
+    def _of(spec: Any) -> Dist:
+        if isinstance(spec, (int, float)):
+            return Dist(((float(spec), 1.0),))
+        p50, p99 = float(spec["p50"]), float(spec["p99"])
+        pts = [(float(spec.get("min", p50 * 0.25)), 0.0), (p50, 0.5)]
+        if "p90" in spec:
+            pts.append((float(spec["p90"]), 0.9))
+        pts += [(p99, 0.99), (float(spec.get("max", p99 * 1.25)), 1.0)]
+        return Dist(tuple(pts))
+
+    def cdf(self, x: float) -> float:
+        if len(self.knots) == 1:
+            return 1.0 if x >= self.knots[0][0] else 0.0
+        if x <= self.knots[0][0]:
+            return 0.0
+        for (x0, f0), (x1, f1) in zip(self.knots, self.knots[1:]):
+            if x <= x1:
+                return f0 + (f1 - f0) * (x - x0) / (x1 - x0)
+        return 1.0
+
+    def mean(self) -> float:
+        if len(self.knots) == 1:
+            return self.knots[0][0]
+        return sum((f1 - f0) * (x0 + x1) / 2 for (x0, f0), (x1, f1) in zip(self.knots, self.knots[1:]))
+
+    def scaled(self, factor: float) -> Dist:
+        return Dist(tuple((x * factor, f) for x, f in self.knots))
+
+    def cdfs(self, bounds: tuple[float, ...]) -> list[float]:
+        key = (self, bounds)
+        if key not in _CDFS:
+            _CDFS[key] = [self.cdf(b) for b in bounds]
+        return _CDFS[key]
+
+
+_DISTS: dict[str, Dist] = {}
+_CDFS: dict[tuple, list[float]] = {}
+
+
+def one_two_five(max_model_len: int) -> list[float]:
+    out, base = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * base > max_model_len:
+                return out
+            out.append(float(m * base))
+        base *= 10
+
+
+def le_text(b: float) -> str:
+    """The `le` value as prometheus_client writes it (floatToGoString): 1.0, 0.001, 2.097152e+06."""
+    if b == math.inf:
+        return "+Inf"
+    s = repr(float(b))
+    dot = s.find(".")
+    if b > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+0{dot - 1}"
+    return s
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if k not in DEFAULT_TRAFFIC:
+            raise ValueError(f"unknown traffic field {k!r}; known: {', '.join(sorted(DEFAULT_TRAFFIC))}")
+        out[k] = v
+    return out
+
+
+@dataclass
+class Replica:
+    pool: str
+    index: int
+    instance: str
+    pod: str
+    labels: dict[str, str]
+    traffic: dict[str, Any]
+    events: list[dict] = field(default_factory=list)
+    _memo: dict[tuple, dict[str, Any]] = field(default_factory=dict)
+
+    def at(self, t: int) -> dict[str, Any]:
+        active = tuple(i for i, e in enumerate(self.events) if e["from"] <= t < e["to"])
+        if active in self._memo:
+            return self._memo[active]
+        p = self.traffic
+        for i in active:
+            p = merge(p, self.events[i]["set"])
+        self._memo[active] = p
+        if p["state"] not in STATES:
+            raise ValueError(f"state {p['state']!r}: one of {', '.join(STATES)}")
+        return p
+
+
+class Series:
+    """Accumulates one series' samples (None = no sample, 'stale' = staleness marker)."""
+
+    def __init__(self, name: str, labels: Labels, integer: bool) -> None:
+        self.name, self.labels, self.integer = name, labels, integer
+        self.values: list[float | str | None] = []
+        self.acc = 0.0
+
+    def text(self) -> str:
+        body = ",".join(f'{k}="{v}"' for k, v in sorted(self.labels))
+        return f"{self.name}{{{body}}}"
+
+
+def encode(values: list[float | str | None]) -> str:
+    """promtool's expanding notation: runs with a constant step become `a+dxN`."""
+    out: list[str] = []
+    i = 0
+    while i < len(values):
+        v = values[i]
+        if v is None or v == "stale":
+            j = i
+            while j + 1 < len(values) and values[j + 1] == v:
+                j += 1
+            n = j - i + 1
+            tok = "_" if v is None else "stale"
+            out.append(tok if n == 1 else (f"_x{n}" if v is None else " ".join([tok] * n)))
+            i = j + 1
+            continue
+        j = i
+        if i + 1 < len(values) and isinstance(values[i + 1], float):
+            d = values[i + 1] - v  # type: ignore[operator]
+            j = i + 1
+            while (
+                j + 1 < len(values)
+                and isinstance(values[j + 1], float)
+                and abs((values[j + 1] - values[j]) - d) <= 1e-9 * max(1.0, abs(values[j + 1]))  # type: ignore[operator]
+            ):
+                j += 1
+        if j - i >= 2:
+            out.append(f"{num(v)}{'+' if d >= 0 else '-'}{num(abs(d))}x{j - i}")  # type: ignore[arg-type]
+            i = j + 1
+        else:
+            out.append(num(v))  # type: ignore[arg-type]
+            i += 1
+    return " ".join(out)
+
+
+def num(v: float) -> str:
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return format(v, ".12g")
+
+
+class Fleet:
+    """A fleet description (the scenario's `fleet:` mapping) and the series it exports."""
+
+    def __init__(self, data: dict, spec: dict | None = None) -> None:
+        data = copy.deepcopy(data or {})
+        service = (spec or {}).get("service", {}) or {}
+        selector = dict(service.get("selector") or {})
+        self.version = version(data.pop("version", service.get("engine_version", "0.33.0")))
+        self.job = data.pop("job", selector.get("job", "vllm"))
+        self.namespace = data.pop("namespace", selector.get("namespace", "llm-prod"))
+        # every selector label lands on every target of the fleet (that is what the selector matches)
+        self.target_labels = {k: str(v) for k, v in selector.items() if k not in ("job", "namespace")}
+        self.target_labels.update({k: str(v) for k, v in (data.pop("target_labels", {}) or {}).items()})
+        models = service.get("models") or []
+        self.model = data.pop("model_name", models[0] if models else "model")
+        self.duration = seconds(data.pop("duration", "60m"))
+        self.dialect = data.pop("dialect", service.get("metric_names", "colon"))
+        has_engine = self.version >= version(DATA["engine_label_since"])
+        self.engines = int(data.pop("engines", 2 if has_engine else 1))
+        self.engine_label = has_engine
+        self.max_model_len = int(data.pop("max_model_len", 8192))
+        follows_dp = self.version >= version(DATA["api_server_count_follows_dp_since"])
+        self.api_servers = int(data.pop("api_servers", self.engines if follows_dp else 1))
+        base = merge(DEFAULT_TRAFFIC, data.pop("traffic", {}) or {})
+        pools = data.pop("pools", None)
+        if pools is None:
+            pools = [{"name": "", "replicas": data.pop("replicas", 4), "labels": {}, "traffic": {}}]
+        events = data.pop("events", []) or []
+        self.others = data.pop("other_targets", []) or []
+        if data:
+            raise ValueError(f"unknown fleet fields: {', '.join(sorted(data))}")
+        self.replicas: list[Replica] = []
+        for p_idx, pool in enumerate(pools):
+            name = pool.get("name", "")
+            traffic = merge(base, pool.get("traffic", {}) or {})
+            for i in range(int(pool["replicas"])):
+                pod = f"{self.job}-{name + '-' if name else ''}{i}"
+                instance = f"10.0.{p_idx}.{11 + i}:8000"
+                self.replicas.append(
+                    Replica(name, i, instance, pod, {k: str(v) for k, v in (pool.get("labels") or {}).items()}, traffic)
+                )
+        for e in events:
+            self._add_event(e)
+
+    def _add_event(self, e: dict) -> None:
+        which = e.get("replicas", "all")
+        start = seconds(e.get("from", 0))
+        end = seconds(e["to"]) if "to" in e else self.duration + STEP
+        targets = [r for r in self.replicas if self._selects(which, r)]
+        if not targets:
+            raise ValueError(f"event {e!r} selects no replica")
+        for r in targets:
+            r.events.append({"from": start, "to": end, "set": merge({}, e.get("set", {}) or {})})
+
+    @staticmethod
+    def _selects(which: Any, r: Replica) -> bool:
+        if which == "all":
+            return True
+        items = which if isinstance(which, list) else [which]
+        for w in items:
+            if isinstance(w, int) and not r.pool and w == r.index:
+                return True
+            if isinstance(w, str) and w in (r.pool, r.pod, r.instance, f"{r.pool}-{r.index}"):
+                return True
+        return False
+
+    # --- naming -------------------------------------------------------------------------
+
+    def wire(self, name: str) -> str:
+        return name.replace("vllm:", "vllm_") if self.dialect == "underscore" else name
+
+    def steps(self) -> range:
+        return range(0, self.duration + 1, STEP)
+
+    # --- generation ---------------------------------------------------------------------
+
+    def series(self) -> list[dict[str, str]]:
+        out: list[Series] = []
+        for r in self.replicas:
+            out.extend(ReplicaSeries(self, r).build())
+        for o in self.others:
+            out.extend(self._other(o))
+        return [{"series": s.text(), "values": encode(s.values)} for s in out]
+
+    @staticmethod
+    def metric_names(series: list[dict[str, str]]) -> set[str]:
+        """Names in `series` (the output of `series()`), histograms also without _bucket/_sum/_count."""
+        names = {s["series"].split("{", 1)[0] for s in series}
+        return names | {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}
+
+    def _other(self, o: dict) -> list[Series]:
+        """A non-vLLM target in the same namespace: node-exporter, kube-state-metrics, Prometheus."""
+        o = dict(o)
+        job = o.pop("job")
+        count = int(o.pop("instances", 1))
+        port = int(o.pop("port", 9100))
+        up_events = o.pop("down", None)  # [from, to] or true
+        rss = float(o.pop("rss", 5e7))
+        growth = float(o.pop("rss_growth", 0.0))
+        namespace = o.pop("namespace", self.namespace)
+        if o:
+            raise ValueError(f"unknown other_targets fields: {', '.join(sorted(o))}")
+        series: list[Series] = []
+        for i in range(count):
+            labels = tuple(
+                {
+                    "job": job,
+                    "namespace": namespace,
+                    "instance": f"10.0.9.{11 + i}:{port}",
+                    **self.target_labels,
+                }.items()
+            )
+            up = Series("up", labels, True)
+            mem = Series("process_resident_memory_bytes", labels, False)
+            cpu = Series("process_cpu_seconds_total", labels, False)
+            was_up = False
+            for t in self.steps():
+                down = up_events is True or (
+                    isinstance(up_events, list) and seconds(up_events[0]) <= t < seconds(up_events[1])
+                )
+                up.values.append(0.0 if down else 1.0)
+                if down:
+                    mem.values.append("stale" if was_up else None)
+                    cpu.values.append("stale" if was_up else None)
+                else:
+                    mem.values.append(float(round(rss * (1 + growth * t / 3600))))
+                    cpu.values.append(round(0.05 * t, 3))
+                was_up = not down
+            series += [up, mem, cpu]
+        return series
+
+
+class ReplicaSeries:
+    """Every series one replica exports, step by step."""
+
+    def __init__(self, fleet: Fleet, r: Replica) -> None:
+        self.f, self.r = fleet, r
+        self.series: dict[tuple[str, Labels], Series] = {}
+        v = fleet.version
+        self.reasons = next(e["reasons"] for e in reversed(DATA["finished_reasons"]) if in_range(e, v))
+        base = {"job": fleet.job, "namespace": fleet.namespace, "instance": r.instance, "pod": r.pod}
+        base.update(fleet.target_labels)
+        base.update(r.labels)
+        self.base: Labels = tuple(base.items())
+        self.model: Labels = (*self.base, ("model_name", fleet.model))
+        self.engine: list[Labels] = [
+            (*self.model, ("engine", str(e))) if fleet.engine_label else self.model for e in range(fleet.engines)
+        ]
+        self.names = {
+            kind: {key: [e["name"] for e in DATA[kind][key] if in_range(e, v)] for key in DATA[kind]}
+            for kind in ("counters", "gauges")
+        }
+        self.hists: dict[str, list[tuple[str, tuple[float, ...], list[str]]]] = {}
+        for key, entries in DATA["histograms"].items():
+            self.hists[key] = []
+            for e in entries:
+                if in_range(e, v):
+                    spec = DATA["buckets"][e["buckets"]]
+                    bounds = one_two_five(fleet.max_model_len) if spec == "one_two_five" else [float(b) for b in spec]
+                    bounds = [*bounds, math.inf]
+                    self.hists[key].append((e["name"], tuple(bounds), [le_text(b) for b in bounds]))
+
+    def _s(self, name: str, labels: Labels, integer: bool) -> Series:
+        s = self.series.get((name, labels))
+        if s is None:
+            s = self.series[(name, labels)] = Series(self.f.wire(name), labels, integer)
+        return s
+
+    def _add(self, name: str, labels: Labels, inc: float, integer: bool = True) -> None:
+        s = self._s(name, labels, integer)
+        s.acc += inc
+        s.values.append(float(math.floor(s.acc + 1e-9)) if integer else round(s.acc, 6))
+
+    def _counter(self, key: str, labels: Labels, inc: float) -> None:
+        for name in self.names["counters"][key]:
+            self._add(name, labels, inc)
+
+    def _gauge(self, key: str, labels: Labels, value: float) -> None:
+        for name in self.names["gauges"][key]:
+            self._s(name, labels, False).values.append(float(value))
+
+    def _hist(self, key: str, labels: Labels, n: float, dist: Dist) -> None:
+        for name, bounds, les in self.hists[key]:
+            bucket = f"{name}_bucket"
+            for le, c in zip(les, dist.cdfs(bounds)):
+                self._add(bucket, (*labels, ("le", le)), n * c)
+            self._add(f"{name}_count", labels, n)
+            self._add(f"{name}_sum", labels, n * dist.mean(), False)
+
+    def build(self) -> list[Series]:
+        f, r = self.f, self.r
+        prev_state = None
+        up = self._s("up", self.base, True)
+        rss = Series("process_resident_memory_bytes", self.base, False)
+        uptime = 0
+        for t in f.steps():
+            p = r.at(t)
+            state = p["state"]
+            gone = state in ("down", "absent")
+            up.values.append(None if state == "absent" else (0.0 if gone else 1.0))
+            was_up = prev_state not in (None, "down", "absent")
+            if gone:
+                for s in self.series.values():
+                    if s is not up:
+                        s.values.append("stale" if was_up else None)
+                        s.acc = 0.0  # the pod that comes back is a new process: counters restart
+                rss.values.append("stale" if was_up else None)
+                prev_state = state
+                uptime = 0
+                continue
+            known = set(self.series)
+            self._step(p, first=not was_up)
+            # series first seen now (a replica that was absent) have no earlier samples
+            for k, s in self.series.items():
+                if k not in known and len(s.values) < len(up.values):
+                    s.values[:0] = [None] * (len(up.values) - len(s.values))
+            rss.values.append(float(round(p["rss"] * (1 + p["rss_growth"] * uptime / 3600))))
+            uptime += STEP
+            prev_state = state
+        out = list(self.series.values())
+        if f.api_servers == 1:
+            out.append(rss)
+        return out
+
+    def _step(self, p: dict, first: bool) -> None:
+        f = self.f
+        state = p["state"]
+        flowing = state == "serving" and not first
+        zero = state == "zero_metrics"
+        if zero:  # broken PROMETHEUS_MULTIPROC_DIR: every engine series reads 0
+            for (name, _), s in self.series.items():
+                if name.startswith("vllm:"):
+                    s.acc = 0.0
+        dt = 0 if first else STEP
+        engines = f.engines
+        spec = p["spec_decode"]
+        accept = list(spec["accept"]) if spec else []
+        tps = 1.0 + sum(accept)  # tokens emitted per engine step
+        out_d = Dist.of(p["output_tokens"])
+        prompt_d = Dist.of(p["prompt_tokens"])
+        itl_d = Dist.of(p["itl"])
+        tpot_d = Dist.of(p["tpot"]) if p["tpot"] is not None else itl_d.scaled(1 / tps)
+        finish = {k: float(v) for k, v in p["finish"].items()}
+        unknown = set(finish) - set(self.reasons)
+        if unknown:
+            raise ValueError(f"finish reasons {sorted(unknown)} do not exist in vLLM {f.version}")
+        total = sum(finish.values()) or 1.0
+        kv = p["kv"] if isinstance(p["kv"], list) else [p["kv"]] * engines
+        for e in range(engines):
+            labels = self.engine[e]
+            n = p["rate"] * dt / engines if flowing else 0.0
+            for reason in self.reasons:
+                inc = n * finish.get(reason, 0.0) / total
+                self._add("vllm:request_success_total", (*labels, ("finished_reason", reason)), inc)
+            for key in ("ttft", "e2e", "queue", "inference", "prefill", "decode"):
+                self._hist(key, labels, n, Dist.of(p[key]))
+            self._hist("tpot", labels, n, tpot_d)
+            self._hist("prompt_tokens", labels, n, prompt_d)
+            self._hist("output_tokens", labels, n, out_d)
+            steps = n * max(out_d.mean() - 1, 0.0) / tps  # decode steps: one ITL observation each
+            self._hist("itl", labels, steps, itl_d)
+            prompt = n * prompt_d.mean()
+            self._counter("prompt_tokens", labels, prompt)
+            self._counter("generation_tokens", labels, n * out_d.mean())
+            self._counter("prefix_queries", labels, prompt)
+            self._counter("prefix_hits", labels, prompt * float(p["prefix_hit"]))
+            self._counter("preemptions", labels, float(p["preemptions"]) * dt / engines if flowing else 0.0)
+            if spec:
+                self._counter("spec_drafts", labels, steps)
+                self._counter("spec_draft_tokens", labels, steps * len(accept))
+                self._counter("spec_accepted_tokens", labels, steps * sum(accept))
+                for pos, a in enumerate(accept):
+                    self._counter("spec_accepted_per_pos", (*labels, ("position", str(pos))), steps * a)
+            if p["nixl"]:
+                self._nixl(p["nixl"], labels, dt / engines if flowing else 0.0)
+            running = 0 if zero else split(int(p["running"]), engines)[e]
+            waiting = 0 if zero else split(int(p["waiting"]), engines)[e]
+            deferred = 0 if zero else split(int(p["waiting_deferred"]), engines)[e]
+            self._gauge("running", labels, running)
+            self._gauge("waiting", labels, waiting)
+            self._gauge("waiting_by_reason", (*labels, ("reason", "capacity")), max(waiting - deferred, 0))
+            self._gauge("waiting_by_reason", (*labels, ("reason", "deferred")), min(deferred, waiting))
+            self._gauge("kv_usage", labels, 0.0 if zero else float(kv[e]))
+        self._frontend(p, dt, state, first)
+
+    def _nixl(self, nx: dict, labels: Labels, dt: float) -> None:
+        transfers = float(nx.get("transfers", 0.0)) * dt
+        self._hist("nixl_xfer_time", labels, transfers, Dist.of(nx.get("xfer_time", {"p50": 0.02, "p99": 0.08})))
+        self._hist("nixl_post_time", labels, transfers, Dist.of(nx.get("post_time", {"p50": 0.0004, "p99": 0.002})))
+        self._hist("nixl_bytes", labels, transfers, Dist.of(nx.get("bytes", {"p50": 1.6e7, "p99": 6e7})))
+        self._counter("nixl_failed_transfers", labels, float(nx.get("failed", 0.0)) * dt)
+        self._counter("nixl_failed_notifications", labels, float(nx.get("failed_notifications", 0.0)) * dt)
+        self._counter("nixl_kv_expired", labels, float(nx.get("kv_expired", 0.0)) * dt)
+        self._counter("nixl_notifications_after_expiry", labels, 0.0)
+
+    def _frontend(self, p: dict, dt: int, state: str, first: bool) -> None:
+        """API-server series: HTTP answers by status class and admission rejections (no engine label)."""
+        f = self.f
+        accepting = state in ("serving", "zero_metrics") and not first
+        rate = p["rate"] if accepting else 0.0
+        for entry in DATA["admission_rejections"]:
+            if in_range(entry, f.version):
+                for i, reason in enumerate(entry["reasons"]):
+                    inc = float(p["admission_rejections"]) * dt if (i == 0 and state == "serving") else 0.0
+                    self._add(entry["name"], (*self.model, ("reason", reason)), inc)
+        if not any(in_range(e, f.version) for e in DATA["http_requests"]):
+            return
+        name = "http_requests_total"
+        h = (("handler", p["handler"]), ("method", "POST"))
+        # Streamed answers start with 200 before the engine finishes, so every finished
+        # request (stop/length/abort/error) is a 2xx; 4xx/5xx never reached the engine.
+        self._add(name, (*self.base, *h, ("status", "2xx")), rate * dt)
+        self._add(name, (*self.base, *h, ("status", "4xx")), rate * float(p["http_4xx"]) * dt)
+        self._add(name, (*self.base, *h, ("status", "5xx")), rate * float(p["http_5xx"]) * dt)
+        polls = float(p["model_list_polls"]) * dt if state != "hung" and not first else 0.0
+        models = (("handler", "/v1/models"), ("method", "GET"), ("status", "2xx"))
+        self._add(name, (*self.base, *models), polls)
+
+
+def split(total: int, parts: int) -> list[int]:
+    """Spread an integer gauge over engines: 5 over 2 engines is 3 + 2."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
