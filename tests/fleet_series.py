@@ -211,7 +211,11 @@ class Series:
     def __init__(self, name: str, labels: Labels, integer: bool) -> None:
         self.name, self.labels, self.integer = name, labels, integer
         self.values: list[float | str | None] = []
-        self.acc = 0.0
+        self.acc = self.start()
+
+    def start(self) -> float:
+        # integer counters round (start at 0.5, floor later) so a rare event lands mid-window
+        return 0.5 if self.integer else 0.0
 
     def text(self) -> str:
         body = ",".join(f'{k}="{v}"' for k, v in sorted(self.labels))
@@ -457,13 +461,16 @@ class ReplicaSeries:
             p = r.at(t)
             state = p["state"]
             gone = state in ("down", "absent")
-            up.values.append(None if state == "absent" else (0.0 if gone else 1.0))
             was_up = prev_state not in (None, "down", "absent")
+            if state == "absent":  # out of service discovery: Prometheus marks even `up` stale
+                up.values.append("stale" if prev_state not in (None, "absent") else None)
+            else:
+                up.values.append(0.0 if gone else 1.0)
             if gone:
                 for s in self.series.values():
                     if s is not up:
                         s.values.append("stale" if was_up else None)
-                        s.acc = 0.0  # the pod that comes back is a new process: counters restart
+                        s.acc = s.start()  # the pod that comes back is a new process: counters restart
                 rss.values.append("stale" if was_up else None)
                 prev_state = state
                 uptime = 0
@@ -572,7 +579,8 @@ class ReplicaSeries:
         self._add(name, (*self.base, *h, ("status", "2xx")), rate * dt)
         self._add(name, (*self.base, *h, ("status", "4xx")), rate * float(p["http_4xx"]) * dt)
         self._add(name, (*self.base, *h, ("status", "5xx")), rate * float(p["http_5xx"]) * dt)
-        polls = float(p["model_list_polls"]) * dt if state != "hung" and not first else 0.0
+        # /v1/models never reaches the engine: it keeps answering while the engine hangs
+        polls = float(p["model_list_polls"]) * dt if not first else 0.0
         models = (("handler", "/v1/models"), ("method", "GET"), ("status", "2xx"))
         self._add(name, (*self.base, *models), polls)
 
