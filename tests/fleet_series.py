@@ -283,6 +283,11 @@ class Fleet:
         self.engines = int(data.pop("engines", 2 if has_engine else 1))
         self.engine_label = has_engine
         self.max_model_len = int(data.pop("max_model_len", 8192))
+        # --custom-histogram-buckets (vLLM >= 0.32): {ttft: [0.1, 0.5, 2.0, ...]} per histogram
+        self.custom_buckets = {k: [float(b) for b in v] for k, v in (data.pop("custom_buckets", {}) or {}).items()}
+        unknown = set(self.custom_buckets) - set(DATA["histograms"])
+        if unknown:
+            raise ValueError(f"custom_buckets: unknown histograms {sorted(unknown)}")
         follows_dp = self.version >= version(DATA["api_server_count_follows_dp_since"])
         self.api_servers = int(data.pop("api_servers", self.engines if follows_dp else 1))
         base = merge(DEFAULT_TRAFFIC, data.pop("traffic", {}) or {})
@@ -419,7 +424,7 @@ class ReplicaSeries:
             self.hists[key] = []
             for e in entries:
                 if in_range(e, v):
-                    spec = DATA["buckets"][e["buckets"]]
+                    spec = fleet.custom_buckets.get(key) or DATA["buckets"][e["buckets"]]
                     bounds = one_two_five(fleet.max_model_len) if spec == "one_two_five" else [float(b) for b in spec]
                     bounds = [*bounds, math.inf]
                     self.hists[key].append((e["name"], tuple(bounds), [le_text(b) for b in bounds]))
