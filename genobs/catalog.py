@@ -76,6 +76,7 @@ class Catalog:
     max_version: Version
     engine_label_since: Version
     custom_buckets_since: Version
+    per_request_tpot_since: Version
     created_series_since: Version
     finished_reasons: tuple[tuple[str, Version], ...]
     metrics: dict[str, MetricDef]
@@ -132,6 +133,7 @@ def _build(raw: dict) -> Catalog:
         max_version=parse_version(sv["max"]),
         engine_label_since=parse_version(raw["engine_label_since"]),
         custom_buckets_since=parse_version(raw["custom_buckets_since"]),
+        per_request_tpot_since=parse_version(raw["per_request_tpot_since"]),
         created_series_since=parse_version(raw["created_series_since"]),
         finished_reasons=tuple((r["value"], parse_version(r["since"])) for r in raw["finished_reasons"]),
         metrics=metrics,

@@ -309,8 +309,10 @@ def test_healthy_baseline(fault_run) -> None:
     assert finish_ratio(a, b, m, "stop") > 0.99
     hits = delta(a, b, wire("prefix_cache_hits"), m) / delta(a, b, wire("prefix_cache_queries"), m)
     assert 0.45 <= hits <= 0.55
+    assert 0.65 <= _alpha(a, b, m) <= 0.75
+    # the aggregate accepted / draft tokens ratio is lower by construction: (a + a^2 + a^3) / 3
     acc = delta(a, b, wire("spec_decode_accepted_tokens"), m) / delta(a, b, wire("spec_decode_draft_tokens"), m)
-    assert 0.65 <= acc <= 0.75
+    assert 0.45 <= acc <= 0.57
     assert 0.012 <= mean(a, b, "nixl_xfer_time", m) <= 0.03
     assert 56 <= mean(a, b, "nixl_bytes", m) / 2**20 <= 72
     assert delta(a, b, wire("nixl_failed_transfers"), m) == 0
@@ -322,8 +324,10 @@ def test_healthy_baseline(fault_run) -> None:
     assert delta(s0, a, wire("prompt_tokens"), "m-flat_zero_metrics") > 0
 
 
-def _acc(a, b, m):
-    return delta(a, b, wire("spec_decode_accepted_tokens"), m) / delta(a, b, wire("spec_decode_draft_tokens"), m)
+def _alpha(a, b, m):
+    """Accepted tokens at draft position 0 per drafting step."""
+    first = delta(a, b, wire("spec_decode_accepted_per_pos"), m, position="0")
+    return first / delta(a, b, wire("spec_decode_drafts"), m)
 
 
 CHECKS = {
@@ -349,7 +353,7 @@ CHECKS = {
         quantile(0.5, a, b, "nixl_xfer_time", m) >= 1.0
         and 0.25 <= delta(a, b, wire("nixl_failed_transfers"), m) / (END - FAULT_AFTER) <= 0.8
     ),
-    "spec_acceptance_collapse": lambda a, b, m: 0.15 <= _acc(a, b, m) <= 0.25,
+    "spec_acceptance_collapse": lambda a, b, m: 0.15 <= _alpha(a, b, m) <= 0.25,
     "rss_leak": lambda a, b, m: total(b, wire("process_rss")) / total(a, wire("process_rss")) > 1.4,
     "flat_zero_metrics": lambda a, b, m: (
         all(delta(a, b, n, m) == 0 for n in {n for n, _ in b if n.startswith("vllm") and n.endswith(COUNTED)})

@@ -150,6 +150,18 @@ def _unreachable(ctx: Context, alerts: list[AlertRule]) -> list[str]:
     return out
 
 
+def _feature_notes(ctx: Context, rec) -> list[str]:
+    """Features the version supports only in part."""
+    out = []
+    if "speculative_decoding" in ctx.features and "spec_alpha" not in rec.names:
+        out.append(
+            f"VllmSpecDecodeAcceptanceLow is not generated: vLLM {ctx.version_text} exports no per-position "
+            "acceptance counts (from 0.8.5), only accepted / draft tokens, which is below alpha by construction; "
+            "the dashboard still shows that ratio"
+        )
+    return out
+
+
 def _check_panels(rows, recorded: set[str]) -> None:
     """Every panel query parses (variables filled in) and reads recorded series only."""
     for row in rows:
@@ -248,7 +260,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         runbook=_runbook(alerts),
         slo_runbook=slos.runbook,
         unit_tests=unit_tests,
-        warnings=tuple(_unreachable(ctx, alerts)) + tuple(notes),
+        warnings=tuple(_unreachable(ctx, alerts)) + tuple(_feature_notes(ctx, rec)) + tuple(notes),
         raw_metrics=raw,
     )
     return replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))

@@ -183,10 +183,10 @@ class AlertBuilder:
             series = r.ref("nixl_failed")
             return f"{series} {op} {t}", series, "NIXL failed transfers"
         if a.name == "VllmSpecDecodeAcceptanceLow":
-            if "speculative_decoding" not in ctx.features:
-                return None
-            series = r.ref("spec_acceptance")
-            return f"{series} {op} {t} {self._traffic_gate()}", series, "Speculative-decoding acceptance rate"
+            if "spec_alpha" not in r.names:
+                return None  # feature off, or a version without per-position counts (see plan notes)
+            series = r.ref("spec_alpha")
+            return f"{series} {op} {t} {self._traffic_gate()}", series, "Speculative-decoding acceptance alpha"
         if a.name == "VllmKvCacheSaturated":
             series = r.ref("kv_cache_usage")
             waiting = f"{r.ref('waiting')} > 0"

@@ -89,7 +89,9 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         p.latency(
             "itl",
             "Inter-token latency",
-            "Time between consecutive output tokens (decode pace), p50/p90/p99 and mean.",
+            "Time between consecutive engine outputs of a request (decode pace), p50/p90/p99 and mean. vLLM "
+            "observes one gap per engine step: with speculative decoding a step emits 1 + accepted tokens, so "
+            "this is per step, not per token.",
             lines.get("itl", ()),
         ),
         p.latency(
@@ -135,7 +137,9 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
                 p.single(
                     "output_speed_per_user",
                     "Output speed per user (tok/s/user)",
-                    "Output tokens per second ONE request stream receives (1 / mean inter-token latency). "
+                    "Output tokens per second ONE request stream receives, from per-request series (1 / mean "
+                    "TPOT, or tokens after the first / decode time before vLLM 0.11), not from the inter-token "
+                    "histogram, which observes engine steps (several tokens each with speculative decoding). "
                     "Per-user, not system throughput: never compare it with tok/s panels.",
                     "tok/s/user",
                     "tok/s/user",
@@ -231,24 +235,41 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         )
     rows.append(Row("Engine and scheduler", tuple(engine)))
 
-    if "spec_acceptance" in rec.names:
-        panels = [
+    if "spec_token_ratio" in rec.names:
+        panels = []
+        if "spec_alpha" in rec.names:
+            panels.append(
+                p.single(
+                    "spec_alpha",
+                    "Speculative-decoding acceptance alpha",
+                    "alpha: share of drafting steps whose first drafted token was accepted (accepted tokens at "
+                    "position 0 / drafts), the per-token acceptance probability of the geometric model. The "
+                    "acceptance alert reads this. Below ~0.5 drafting can cost more than it saves.",
+                    "percentunit",
+                    "alpha",
+                    thresholds=lines.get("spec_decode_acceptance", ()),
+                    max=1,
+                )
+            )
+        panels.append(
             p.single(
-                "spec_acceptance",
-                "Speculative-decoding acceptance rate",
-                "Accepted / proposed draft tokens (alpha). Below ~0.5 drafting can cost more than it saves.",
+                "spec_token_ratio",
+                "Accepted / draft tokens (aggregate ratio)",
+                "Accepted draft tokens / proposed draft tokens over every position. NOT alpha: a drafted token "
+                "at position i counts only if all before it were accepted, so this is lower by construction "
+                "(real k=3 drafts: 0.37 here while alpha is 0.65).",
                 "percentunit",
-                "alpha",
-                thresholds=lines.get("spec_decode_acceptance", ()),
+                "accepted/draft tokens",
                 max=1,
             )
-        ]
+        )
         if "spec_acceptance_length" in rec.names:
             panels.append(
                 p.single(
                     "spec_acceptance_length",
                     "Mean acceptance length",
-                    "Tokens emitted per drafting step: 1 + accepted / drafts.",
+                    "Tokens emitted per drafting step: 1 + accepted / drafts. Output speed per step is this many "
+                    "times the engine's step rate; the inter-token histogram observes steps, not tokens.",
                     "short",
                     "tokens/step",
                 )

@@ -100,18 +100,25 @@ def _tokens(r: Recorder) -> None:
         r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
         r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), ctx.sum_rate(key, "_count")))
     # per-user speeds: tokens per second one request stream sees (tok/s/user)
-    r.add(
-        "output_speed_per_user",
-        "output_speed_per_user",
-        "tokens_per_second",
-        q.ratio(ctx.sum_rate("itl", "_count"), ctx.sum_rate("itl", "_sum")),
-    )
+    r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", output_speed(ctx))
     r.add(
         "prefill_speed_per_user",
         "prefill_speed_per_user",
         "tokens_per_second",
         q.ratio(ctx.sum_rate("prompt_length", "_sum"), ctx.sum_rate("prefill_time", "_sum")),
     )
+
+
+def output_speed(ctx: Context) -> str:
+    """Per-user output speed from per-request series, never from the inter-token histogram: that
+    one observes engine steps, and with speculative decoding a step emits 1 + accepted tokens, so
+    1 / mean ITL undercounts what users get by the mean acceptance length."""
+    if ctx.version >= ctx.catalog.per_request_tpot_since:
+        # 1 / mean TPOT; TPOT = decode time / (generated tokens - 1), one observation per request
+        return q.ratio(ctx.sum_rate("tpot", "_count"), ctx.sum_rate("tpot", "_sum"))
+    # older releases: tokens after the first over decode time, both observed once per request
+    decoded = f"{ctx.sum_rate('generation_length', '_sum')} - {ctx.sum_rate('generation_length', '_count')}"
+    return q.ratio(decoded, ctx.sum_rate("decode_time", "_sum"))
 
 
 def _decomposition(r: Recorder) -> None:
@@ -143,21 +150,8 @@ def _engine(r: Recorder) -> None:
 
 def _features(r: Recorder) -> None:
     ctx = r.ctx
-    g = ctx.group
     if "speculative_decoding" in ctx.features:
-        if ctx.has("spec_decode_accepted_tokens"):
-            expr = q.ratio(ctx.sum_rate("spec_decode_accepted_tokens"), ctx.sum_rate("spec_decode_draft_tokens"))
-        else:
-            expr = f"avg {q.by(g)} ({ctx.raw('spec_decode_acceptance_gauge')})"
-        r.add("spec_acceptance", "spec_decode_acceptance", "ratio", expr)
-        if ctx.has("spec_decode_drafts"):
-            accepted = ctx.sum_rate("spec_decode_accepted_tokens")
-            r.add(
-                "spec_acceptance_length",
-                "spec_decode_acceptance_length",
-                "mean",
-                f"1 + {q.ratio(accepted, ctx.sum_rate('spec_decode_drafts'))}",
-            )
+        _spec_decode(r)
     if "disaggregated_prefill" in ctx.features:
         r.add("nixl_bytes_rate", "nixl_bytes_transferred", "rate", ctx.sum_rate("nixl_bytes", "_sum"))
         r.add(
@@ -167,6 +161,31 @@ def _features(r: Recorder) -> None:
             q.ratio(r.ref("nixl_bytes_rate"), ctx.sum_rate("nixl_xfer_time", "_sum")),
         )
         r.add("nixl_failed", "nixl_failed_transfers", "rate", ctx.sum_rate("nixl_failed_transfers"))
+
+
+def _spec_decode(r: Recorder) -> None:
+    """Three different figures, each recorded under its own name:
+    - accepted / draft tokens over all positions (the aggregate ratio). Lower than alpha by
+      construction: later positions are only reached when every earlier one was accepted;
+    - the mean acceptance length, tokens emitted per drafting step (1 + accepted / drafts);
+    - alpha, the per-token acceptance probability of the geometric model: accepted tokens at
+      draft position 0 per drafting step. The acceptance alert reads this one. vLLM exports the
+      per-position counts from the release that added the drafts counter (0.8.5), so every version
+      with a mean acceptance length has alpha too; before it only the aggregate ratio exists."""
+    ctx = r.ctx
+    g = ctx.group
+    if ctx.has("spec_decode_accepted_tokens"):
+        accepted = ctx.sum_rate("spec_decode_accepted_tokens")
+        ratio = q.ratio(accepted, ctx.sum_rate("spec_decode_draft_tokens"))
+    else:  # the V0 gauge is the same aggregate ratio
+        ratio = f"avg {q.by(g)} ({ctx.raw('spec_decode_acceptance_gauge')})"
+    r.add("spec_token_ratio", "spec_decode_accepted_per_draft_token", "ratio", ratio)
+    if ctx.has("spec_decode_drafts"):
+        drafts = ctx.sum_rate("spec_decode_drafts")
+        r.add("spec_acceptance_length", "spec_decode_acceptance_length", "mean", f"1 + {q.ratio(accepted, drafts)}")
+    if ctx.has("spec_decode_accepted_per_pos"):
+        first = ctx.sum_rate("spec_decode_accepted_per_pos", extra=(("position", "=", "0"),))
+        r.add("spec_alpha", "spec_decode_acceptance_alpha", "ratio", q.ratio(first, drafts))
 
 
 def _process(r: Recorder) -> None:

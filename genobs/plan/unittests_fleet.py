@@ -21,6 +21,7 @@ from genobs.plan.context import Context
 REQUESTS = 100  # finished requests per second (also observations/s of request histograms)
 TOKENS = 2000  # generated tokens per second (observations/s of the inter-token histogram)
 DRAFTS = 1000  # speculative draft tokens per second
+SPEC_TOKENS = 4  # draft tokens per drafting step (--num-speculative-tokens)
 RSS_AT_EVAL = 6_000_000_000  # API-server resident memory (bytes) at the scenario's evaluation time
 INSTANCE = "10.0.0.1:8000"
 OTHER_INSTANCE = "10.0.9.9:8000"
@@ -44,7 +45,7 @@ FIXED_RATES = {
     "prefix_cache_queries": 40_000,
     "prefix_cache_hits": 20_000,
     "spec_decode_draft_tokens": DRAFTS,
-    "spec_decode_drafts": DRAFTS // 4,
+    "spec_decode_drafts": DRAFTS // SPEC_TOKENS,
 }
 
 
@@ -86,8 +87,8 @@ class Fleet:
 
     finish: tuple[tuple[str, int], ...]  # finished_reason -> requests/s (sums to REQUESTS)
     latency: tuple[tuple[str, Dist], ...]  # histogram key -> distribution of observations
-    speed: float  # output tokens/s each user sees (TOKENS / ITL sum rate)
-    acceptance: int  # % of draft tokens accepted
+    speed: float  # output tokens/s each user sees (1 / mean TPOT, or decoded tokens / decode time)
+    acceptance: int  # alpha in %: accepted tokens at draft position 0 per drafting step
     kv: tuple[float, float]  # KV-cache usage of rank 0, of the other ranks
     waiting: int
     running: int = 8
@@ -313,14 +314,39 @@ def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str,
     if key == "request_success":
         reasons = fleet.reasons()
         return [({"finished_reason": r}, reasons.get(r, 0)) for r in ctx.catalog.reasons_for(ctx.version)]
+    if key == "spec_decode_accepted_per_pos":
+        # position i is reached only when every earlier one was accepted (geometric model)
+        return [
+            ({"position": str(i)}, accepted_at(fleet, 0) * (fleet.acceptance / 100) ** i) for i in range(SPEC_TOKENS)
+        ]
     rates = {
         "generation_tokens": TOKENS if fleet.generating else 0,
         "preemptions": fleet.preemptions,
         "nixl_failed_transfers": fleet.nixl_failed,
-        "spec_decode_accepted_tokens": DRAFTS * fleet.acceptance // 100,
+        "spec_decode_accepted_tokens": sum(accepted_at(fleet, i) for i in range(SPEC_TOKENS)),
         **FIXED_RATES,
     }
     return [({}, rates.get(key, 1))]
+
+
+def accepted_at(fleet: Fleet, position: int) -> float:
+    """Accepted tokens per second at a draft position (position 0: drafts x alpha, exact)."""
+    return FIXED_RATES["spec_decode_drafts"] * fleet.acceptance / 100 * (fleet.acceptance / 100) ** position
+
+
+def hist_sum_rate(ctx: Context, fleet: Fleet, key: str) -> Fraction:
+    """Observed values per second of a histogram: every observation at the upper bound of its
+    bucket (the last finite bound for +Inf), except where the per-user output speed is set."""
+    per_request = ctx.version >= ctx.catalog.per_request_tpot_since
+    if key == "itl":
+        return Fraction(TOKENS) / Fraction(fleet.speed)
+    if key == "tpot" and per_request:  # mean TPOT = 1 / speed
+        return Fraction(REQUESTS) / Fraction(fleet.speed)
+    if key == "decode_time" and not per_request:  # tokens after the first / decode time = speed
+        decoded = hist_sum_rate(ctx, fleet, "generation_length") - REQUESTS
+        return decoded / Fraction(fleet.speed)
+    bs = bounds(ctx, key, fleet)
+    return sum((Fraction(c) * Fraction(bs[min(j, len(bs) - 1)]) for j, c in fleet.dist(key)), Fraction(0))
 
 
 def _gauge_value(key: str, fleet: Fleet, rank: int, ranks: int) -> float:
@@ -347,10 +373,7 @@ def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> 
             le = floatToGoString(upper)
             for rank in ranks:
                 out.append(_series(f"{base}_bucket", engine_labels(rank, le=le), _counter(cumulative, n, minutes)))
-    if key == "itl":
-        sum_rate = Fraction(TOKENS) / Fraction(fleet.speed)
-    else:  # every observation at the upper bound of its bucket (the last finite bound for +Inf)
-        sum_rate = sum(Fraction(c) * Fraction(bs[min(j, len(bs) - 1)]) for j, c in dist)
+    sum_rate = hist_sum_rate(ctx, fleet, key)
     for suffix, rate in (("_sum", sum_rate), ("_count", total)):
         if f"{base}{suffix}" in needed:
             for rank in ranks:

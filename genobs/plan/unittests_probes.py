@@ -13,20 +13,21 @@ from genobs.plan.alerts import LATENCY_ALERTS
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule
 from genobs.plan.unittests_fleet import (
-    DRAFTS,
+    FIXED_RATES,
     REQUESTS,
     RSS_AT_EVAL,
-    TOKENS,
     TYPICAL,
     Fleet,
     Identity,
     Indeterminate,
+    accepted_at,
     approx_sum,
     bounds,
     bucket_quantile,
     canonical,
     exact_sum,
     fleet_rate,
+    hist_sum_rate,
     observations,
     quantile_of,
 )
@@ -34,7 +35,7 @@ from genobs.plan.unittests_fleet import (
 if TYPE_CHECKING:
     from genobs.plan.unittests_slo import SloDef
 
-# output speeds (tok/s/user) the fleet can show exactly: TOKENS / speed is a whole number
+# output speeds (tok/s/user) the fleet can show exactly (TOKENS / speed and REQUESTS / speed are short binary fractions)
 SPEEDS = (1000, 500, 400, 250, 200, 125, 100, 80, 50, 40, 25, 20, 16, 10, 8, 5, 4, 2, 1, 0.5, 0.25, 0.125)
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
     ">": lambda a, b: a > b,
@@ -163,7 +164,11 @@ _SUCCESS = Probe(
 
 
 def _speed_value(env: Env, fleet: Fleet, at: int) -> float:
-    return env.rate(TOKENS, at) / env.rate(TOKENS / fleet.speed, at)
+    ctx = env.ctx
+    if ctx.version >= ctx.catalog.per_request_tpot_since:  # 1 / mean TPOT
+        return env.rate(REQUESTS, at) / env.rate(hist_sum_rate(ctx, fleet, "tpot"), at)
+    generated = env.rate(hist_sum_rate(ctx, fleet, "generation_length"), at) - env.rate(REQUESTS, at)
+    return generated / env.rate(hist_sum_rate(ctx, fleet, "decode_time"), at)
 
 
 _SPEED = Probe(
@@ -175,9 +180,9 @@ _SPEED = Probe(
 
 
 def _acceptance_value(env: Env, fleet: Fleet, at: int) -> float:
-    if env.ctx.has("spec_decode_accepted_tokens"):
-        return env.rate(DRAFTS * fleet.acceptance // 100, at) / env.rate(DRAFTS, at)
-    return fleet.acceptance / 100
+    """alpha: accepted tokens at draft position 0 / drafting steps (the alert exists only where vLLM
+    exports per-position counts)."""
+    return env.rate(accepted_at(fleet, 0), at) / env.rate(FIXED_RATES["spec_decode_drafts"], at)
 
 
 _ACCEPTANCE = Probe(

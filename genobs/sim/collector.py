@@ -13,7 +13,7 @@ from prometheus_client.utils import floatToGoString
 
 from genobs.catalog import Catalog, MetricDef, Version, load_catalog
 
-from .traffic import GC_GENERATIONS, Fleet, SeriesState
+from .traffic import GC_GENERATIONS, SPEC_TOKENS, Fleet, SeriesState
 
 #: Catalog keys of the optional families (registered by vLLM only with the matching config).
 SPEC_DECODE_PREFIX = "spec_decode_"
@@ -95,6 +95,8 @@ class FleetCollector:
             return self.reasons
         if label == "generation":
             return GC_GENERATIONS
+        if label == "position":
+            return tuple(str(i) for i in range(SPEC_TOKENS))
         raise ValueError(f"simulator does not know the values of catalog label {label!r}")
 
     def _series_labels(self, s: SeriesState) -> list[str]:

@@ -33,7 +33,7 @@ DESCRIPTIONS: dict[str, str] = {
     "kv_saturation": "KV-cache usage ~0.99, waiting grows ~1/s, some preemptions",
     "preemption_storm": "preemptions ~2/s",
     "nixl_slowdown": "NIXL transfer time 1-3 s and ~0.5 failed transfers/s",
-    "spec_acceptance_collapse": "spec-decode acceptance ~0.2 instead of ~0.7",
+    "spec_acceptance_collapse": "spec-decode acceptance alpha (position 0) ~0.2 instead of ~0.7",
     "rss_leak": "process RSS +50% per minute (process series: one per exporter, not per model)",
     "flat_zero_metrics": "every counter/histogram of the model frozen while gauges still show running > 0",
     "exporter_down": "the whole HTTP exporter stops answering (run it in its own simulator process)",
@@ -67,7 +67,7 @@ class Profile:
     kv_usage: tuple[float, float] = (0.4, 0.6)
     preemptions_per_s: float = 0.0
     prefix_hit: tuple[float, float] = (0.35, 0.65)
-    spec_acceptance: float = 0.7
+    spec_acceptance: float = 0.7  # alpha: per-token acceptance probability of the geometric model
     nixl_time_s: tuple[float, float] = (0.012, 0.030)
     nixl_bytes: tuple[float, float] = (48 * MIB, 80 * MIB)
     nixl_failures_per_s: float = 0.0

@@ -171,11 +171,16 @@ class SeriesState:
         self.gauges["prefix_cache_hit_rate_gauge"] = hit
         self._inc("prefix_cache_queries", n_prompt)
         self._inc("prefix_cache_hits", round(n_prompt * hit))
-        acc = min(1.0, max(0.0, rng.gauss(p.spec_acceptance, 0.03)))
-        drafts = max(1, round(tokens / (1 + SPEC_TOKENS * acc)))
+        # geometric model: the drafted token at position i is accepted with probability alpha^(i+1)
+        alpha = min(1.0, max(0.0, rng.gauss(p.spec_acceptance, 0.03)))
+        per_step = sum(alpha ** (i + 1) for i in range(SPEC_TOKENS))
+        drafts = max(1, round(tokens / (1 + per_step)))
         self._inc("spec_decode_drafts", drafts)
         self._inc("spec_decode_draft_tokens", drafts * SPEC_TOKENS)
-        self._inc("spec_decode_accepted_tokens", round(drafts * SPEC_TOKENS * acc))
+        accepted = [round(drafts * alpha ** (i + 1)) for i in range(SPEC_TOKENS)]
+        for i, n in enumerate(accepted):
+            self._inc("spec_decode_accepted_per_pos", n, str(i))
+        self._inc("spec_decode_accepted_tokens", sum(accepted))
         self._observe("nixl_xfer_time", rng.uniform(*p.nixl_time_s))
         self._observe("nixl_bytes", round(rng.uniform(*p.nixl_bytes)))
 
