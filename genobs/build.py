@@ -23,7 +23,8 @@ def spec_files(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out.extend(sorted(x for x in p.iterdir() if x.suffix in (".yaml", ".yml") and x.is_file()))
+            # FIFOs, sockets and dangling links are kept: loading reports them instead of skipping silently
+            out.extend(sorted(x for x in p.iterdir() if x.suffix in (".yaml", ".yml") and not x.is_dir()))
         else:
             out.append(p)
     return out

@@ -12,12 +12,12 @@ import yaml
 
 Version = tuple[int, int, int]
 
-_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev)\d*)?$")
+_VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev)\d*)?")
 
 
 def parse_version(text: str) -> Version:
     """'0.33' -> (0, 33, 0); '0.8.5.post1' -> (0, 8, 5). ValueError when malformed."""
-    m = _VERSION_RE.match(str(text).strip())
+    m = _VERSION_RE.fullmatch(str(text).strip(" "))
     if not m:
         raise ValueError(f"not a version: {text!r} (expected e.g. 0.33 or 0.11.1)")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from genobs import __version__
-from genobs.errors import SpecError
+from genobs.errors import SpecError, printable
 
 # commands that live in heavier modules: name -> (module:attribute, one-line help)
 LAZY_COMMANDS = {
@@ -60,7 +60,7 @@ class LazyGroup(click.Group):
         except Exception as exc:
             if os.environ.get("GENOBS_DEBUG"):
                 raise
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            first = printable((str(exc).strip().splitlines() or [""])[0][:300])
             if isinstance(exc, OSError):
                 click.echo(f"error: {first}", err=True)
             else:

@@ -317,7 +317,7 @@ def doctor(spec: Path | None, url: str, timeout: float) -> None:
     features: frozenset[str] = frozenset()
     engine, spec_dialect, plan = "vllm", "colon", None
     if spec is not None:
-        if not spec.is_file():
+        if not spec.exists() and not spec.is_symlink():  # special files: load_spec says what they are
             click.echo(f"{spec}: error: no such file", err=True)
             sys.exit(2)
         from genobs.loader import load_spec

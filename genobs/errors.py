@@ -3,7 +3,31 @@ location, collected so one run reports all of them; only the CLI picks the exit 
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` with control and format characters escaped (\\x1b, \\r, \\u202e): spec keys,
+    file names and server answers are printed on terminals, where an escape sequence
+    or a carriage return could erase or forge lines."""
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c.isprintable():
+            out.append(c)
+        elif c in _NAMED:
+            out.append(_NAMED[c])
+        elif ord(c) < 0x100 and unicodedata.category(c) == "Cc":
+            out.append(f"\\x{ord(c):02x}")
+        elif unicodedata.category(c)[0] in "CZ":  # other controls, bidi overrides, line separators
+            out.append(f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -22,7 +46,7 @@ class Problem:
             if self.column is not None:
                 where += f":{self.column}"
         field = f" {self.field}:" if self.field else ""
-        return f"{where}: {self.level}:{field} {self.message}"
+        return printable(f"{where}: {self.level}:{field} {self.message}")
 
 
 class SpecError(Exception):

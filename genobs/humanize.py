@@ -148,7 +148,7 @@ _FUNCS = {
     "humanizePercentage": humanize_percentage,
 }
 _ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
-_PRINTF = re.compile(r'^printf\s+"((?:[^"\\]|\\.)*)"$')
+_PRINTF = re.compile(r'printf\s+"((?:[^"\\]|\\.)*)"')
 
 
 def _split_pipes(text: str) -> list[str]:
@@ -188,7 +188,7 @@ def _pipeline(text: str, labels: dict[str, str], value: float) -> str:
     else:
         raise ValueError(f"template action {{{{ {text} }}}} is not supported")
     for stage in stages[1:]:
-        m = _PRINTF.match(stage)
+        m = _PRINTF.fullmatch(stage)
         if m:
             current = go_sprintf(m.group(1).encode().decode("unicode_escape"), float(current))  # type: ignore[arg-type]
         elif stage in _FUNCS:

@@ -31,17 +31,18 @@ SIGNALS = (
 USE_CASES = ("chat", "rag", "agentic", "batch", "voice", "capacity")
 SLI_KINDS = ("ttft", "itl", "tpot", "e2e", "queue_time", "success")
 
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_SPEC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_LABEL_MAX = 100  # Prometheus has no limit, but every rule and alert repeats the name
+_SPEC_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 # label values, model names and titles end up in PromQL strings, YAML and Markdown
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:/@+\- ]+$")
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.:/@+\- ]+")
 _SAFE_MAX = 200
 # labels genobs itself puts on recorded series (histogram buckets, quantiles)
 _RESERVED_LABELS = ("le", "quantile")
 # Kubernetes names (RFC 1123 label) and label keys/values
-_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_K8S_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_K8S_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_K8S_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_K8S_LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def _chars(bad: set[str]) -> str:
@@ -49,10 +50,14 @@ def _chars(bad: set[str]) -> str:
 
 
 def _label_name(v: str) -> str:
-    if not _LABEL_NAME.match(v) or v.startswith("__"):
+    if not _LABEL_NAME.fullmatch(v) or v.startswith("__"):
         raise ValueError(
             f"{v!r} is not a Prometheus label name (letters, digits and _, not starting with a digit or __)"
         )
+    if v.lower() in ("inf", "nan"):
+        raise ValueError(f"{v!r} cannot be a label name: PromQL reads it as a number in by (...) and on (...)")
+    if len(v) > _LABEL_MAX:
+        raise ValueError(f"label name is {len(v)} characters long; the limit is {_LABEL_MAX}")
     if v in _RESERVED_LABELS:
         raise ValueError(f"{v!r} is a label genobs sets on recorded series itself; use another label")
     return v
@@ -63,8 +68,8 @@ def _safe_value(v: str) -> str:
     Markdown and alert labels (Go templates), so only inert characters are allowed."""
     if not v:
         raise ValueError("must not be empty")
-    if not _SAFE_VALUE.match(v):
-        bad = {c for c in v if not _SAFE_VALUE.match(c)}
+    if not _SAFE_VALUE.fullmatch(v):
+        bad = {c for c in v if not _SAFE_VALUE.fullmatch(c)}
         raise ValueError(
             f"{v[:60]!r} contains {_chars(bad)}; use letters, digits, spaces and . _ - : / @ + "
             "(the value ends up in PromQL, YAML and Markdown)"
@@ -88,9 +93,9 @@ def _k8s_labels(v: dict[str, str]) -> dict[str, str]:
     bad = []
     for key, value in v.items():
         prefix, _, name = key.rpartition("/")
-        if (prefix and not _K8S_LABEL_PREFIX.match(prefix)) or not _K8S_LABEL_VALUE.match(name) or not name:
+        if (prefix and not _K8S_LABEL_PREFIX.fullmatch(prefix)) or not _K8S_LABEL_VALUE.fullmatch(name) or not name:
             bad.append(f"key {key!r}")
-        if not _K8S_LABEL_VALUE.match(value):
+        if not _K8S_LABEL_VALUE.fullmatch(value):
             bad.append(f"value {value!r} of {key!r}")
     if bad:
         raise ValueError(
@@ -120,6 +125,24 @@ def _description_text(v: str) -> str:
     return v
 
 
+_MAX_REQUEST_RATE = 100_000  # requests/s; a guard above it would silence every alert of any real fleet
+_MAX_BUCKET = 7 * 86400  # seconds; vLLM's longest default bucket is 7680 s
+
+
+def _buckets(v: list[float]) -> list[float]:
+    """Bucket boundaries as --custom-histogram-buckets takes them: positive seconds, strictly increasing."""
+    if not v:
+        raise ValueError("must list at least one bucket boundary")
+    for i, b in enumerate(v):
+        if b <= 0:
+            raise ValueError(f"boundaries are positive seconds; got {b:g}")
+        if b > _MAX_BUCKET:
+            raise ValueError(f"boundaries are seconds, at most {_MAX_BUCKET} (a week); got {b:g}")
+        if i and b <= v[i - 1]:
+            raise ValueError(f"boundaries must be strictly increasing; {b:g} follows {v[i - 1]:g}")
+    return v
+
+
 _MAX_DURATION = 10 * 365 * 86400  # Prometheus durations overflow near 292 years; nothing here needs 10
 
 
@@ -139,7 +162,7 @@ def _prom_duration(v: str) -> str:
 
 def _duration_text(v: str) -> str:
     parse_seconds(v)
-    return v
+    return v.strip(" ")
 
 
 def _percent_text(v: str | float) -> str | float:
@@ -182,6 +205,9 @@ class Service(_Model):
     min_request_rate: float = Field(
         0.05,
         ge=0,
+        le=_MAX_REQUEST_RATE,
+        strict=True,  # true, "inf" and "nan" are not rates
+        allow_inf_nan=False,
         description="Requests per second below which latency and ratio alerts stay silent (low-traffic guard).",
     )
 
@@ -231,7 +257,13 @@ class BurnRate(_Model):
     severity: Literal["critical", "warning", "info"] = Field(description="critical pages (fast burn); warning tickets.")
     long: PromDuration = Field(description="Long window, e.g. 1h.")
     short: PromDuration = Field(description="Short window, e.g. 5m.")
-    factor: float = Field(gt=0, description="Burn-rate factor both windows must exceed, e.g. 14.4.")
+    factor: float = Field(
+        gt=0,
+        le=1000,
+        strict=True,
+        allow_inf_nan=False,
+        description="Burn-rate factor both windows must exceed, e.g. 14.4.",
+    )
 
 
 class SLO(_Model):
@@ -247,7 +279,9 @@ class SLO(_Model):
         None, description="Availability SLI: finish reasons that count as bad. Default: abort, error."
     )
     period: PromDuration = Field("30d", description="SLO period.")
-    buckets: list[float] | None = Field(
+    buckets: (
+        Annotated[list[Annotated[float, Field(strict=True, allow_inf_nan=False)]], AfterValidator(_buckets)] | None
+    ) = Field(
         None,
         description="Histogram buckets the engine was started with (--custom-histogram-buckets), if not the default.",
     )
@@ -276,7 +310,7 @@ class Runbook(_Model):
     def _url(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        bad = {c for c in v if not re.match(r"^[A-Za-z0-9_.:/@+~%?=&\-]$", c)}
+        bad = {c for c in v if not re.fullmatch(r"[A-Za-z0-9_.:/@+~%?=&\-]", c)}
         if bad or not v or len(v) > 500:
             raise ValueError(
                 "base_url must be a plain URL or path of up to 500 characters"
@@ -308,13 +342,13 @@ class Kubernetes(_Model):
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, v: str) -> str:
-        if not _K8S_NAME.match(v):
+        if not _K8S_NAME.fullmatch(v):
             raise ValueError(f"{v!r} is not a Kubernetes namespace (lower-case letters, digits and '-', up to 63)")
         return v
 
 
 def _uid(v: str) -> str:
-    if not re.match(r"^[A-Za-z0-9_-]{1,40}$", v):
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", v):
         raise ValueError("uid must be 1-40 letters, digits, - or _")
     return v
 
@@ -346,7 +380,7 @@ class Spec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _SPEC_NAME.match(v):
+        if not _SPEC_NAME.fullmatch(v):
             raise ValueError("name must be lower-case letters, digits and '-', e.g. chat-prod")
         return v
 

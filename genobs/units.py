@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
-_PROM_DURATION_RE = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
-_SIGNED_PERCENT_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*%$")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_PROM_DURATION_RE = re.compile(r"(?:\d+(?:ms|s|m|h|d|w|y))+")
+_MAX_SECONDS = 10 * 365 * 86400.0
+_MAX_NUMBER = 1e15
+_SIGNED_PERCENT_RE = re.compile(r"([-+]?\d+(?:\.\d+)?) *%")
 # unit spellings people write -> the unit genobs reads ("10min" -> "10m")
 _UNIT_ALIASES = {
     "ms": "ms", "msec": "ms", "msecs": "ms", "millisecond": "ms", "milliseconds": "ms",
@@ -19,14 +21,14 @@ _UNIT_ALIASES = {
     "w": "w", "wk": "w", "wks": "w", "week": "w", "weeks": "w",
     "y": "y", "yr": "y", "yrs": "y", "year": "y", "years": "y",
 }  # fmt: skip
-_LOOSE_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z]+)$")
+_LOOSE_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?) *([A-Za-z]+)")
 
 
 def _did_you_mean(value: object, units: tuple[str, ...], whole: bool = False) -> str:
     """' (did you mean 10m?)' when the value is a number with a misspelt or spaced unit."""
     if not isinstance(value, str):
         return ""
-    m = _LOOSE_DURATION_RE.match(value.strip())
+    m = _LOOSE_DURATION_RE.fullmatch(value.strip(" "))
     unit = _UNIT_ALIASES.get(m.group(2).lower()) if m else None
     if m is None or unit is None or unit not in units:
         return ""
@@ -41,19 +43,22 @@ def parse_seconds(value: object) -> float:
     """'1s' -> 1.0, '500ms' -> 0.5, '2m' -> 120.0. Bare numbers are refused: units are mandatory."""
     if isinstance(value, bool) or not isinstance(value, str):
         raise ValueError(f"expected a duration with a unit such as 500ms, 1s or 2m, got {value!r}")
-    m = _DURATION_RE.match(value.strip())
+    m = _DURATION_RE.fullmatch(value.strip(" "))
     if not m:
         hint = _did_you_mean(value, tuple(_DURATION_UNITS))
         raise ValueError(f"{value!r} is not a duration" + (hint or "; write e.g. 500ms, 1s, 2.5s or 10m"))
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if not seconds <= _MAX_SECONDS:  # float("9" * 400) is inf
+        raise ValueError(f"{value[:40]!r} is too large; durations here stay below 10 years")
+    return seconds
 
 
 def parse_prom_duration(value: object) -> str:
     """A Prometheus duration such as '10m' or '1h30m', returned unchanged."""
-    if not isinstance(value, str) or not _PROM_DURATION_RE.match(value.strip()):
+    if not isinstance(value, str) or not _PROM_DURATION_RE.fullmatch(value.strip(" ")):
         hint = _did_you_mean(value, (*_DURATION_UNITS, "y"), whole=True)
         raise ValueError(f"{value!r} is not a Prometheus duration" + (hint or "; write e.g. 5m, 1h or 1h30m"))
-    return value.strip()
+    return value.strip(" ")
 
 
 def prom_duration_seconds(value: str) -> float:
@@ -72,7 +77,7 @@ def parse_ratio(value: object) -> float:
             return float(value)
         raise ValueError(f"{value!r} is not a fraction between 0 and 1; write percentages with %, e.g. {value}%")
     if isinstance(value, str):
-        m = _SIGNED_PERCENT_RE.match(value.strip())
+        m = _SIGNED_PERCENT_RE.fullmatch(value.strip(" "))
         if m and 0 <= float(m.group(1)) <= 100:
             return float(m.group(1)) / 100
         if m:
@@ -83,6 +88,10 @@ def parse_ratio(value: object) -> float:
 def parse_number(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"expected a number, got {value!r}")
+    if not -_MAX_NUMBER < value < _MAX_NUMBER:  # also NaN; float() of a 400-digit int overflows
+        if value != value:
+            raise ValueError("NaN is not a number a threshold can compare with")
+        raise ValueError(f"{str(value)[:20]}... is too large; thresholds stay below 1e15")
     if value < 0:
         raise ValueError(f"expected a non-negative number, got {value!r}")
     return float(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from genobs.plan.model import Plan
@@ -16,6 +17,22 @@ def templates_dir() -> Path:
     raise FileNotFoundError("genobs templates not found")
 
 
+_INLINE = re.compile(r"([\\`*_\[\]<>|~#&])")  # emphasis, code, links, raw HTML, entities, table cells
+_LINE_START = re.compile(r"^([+\-=]|\d+[.)])")  # list items, setext underlines, "1." and "1)"
+
+
+def md_quote(text: str) -> str:
+    """Free text as a Markdown block quote whose every line is escaped: whatever the
+    spec's description holds, it cannot open a code fence, a heading, a list, a table
+    row or raw HTML, nor reach the runbook's structure after it."""
+    lines = []
+    for raw in text.strip().splitlines():
+        line = _INLINE.sub(r"\\\1", raw.strip())  # no leading spaces: they would make a code block
+        line = _LINE_START.sub(lambda m: m.group(1)[:-1] + "\\" + m.group(1)[-1], line)
+        lines.append(f"> {line}" if line else ">")
+    return "\n".join(lines)
+
+
 def render_runbook(plan: Plan, spec_file: str) -> str:
     import jinja2
 
@@ -27,4 +44,5 @@ def render_runbook(plan: Plan, spec_file: str) -> str:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters["md_quote"] = md_quote
     return env.get_template("runbook.md.j2").render(plan=plan, spec_file=spec_file)
