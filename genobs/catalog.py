@@ -47,6 +47,11 @@ class MetricDef:
     buckets: tuple[tuple[Version, Version | None, tuple[float, ...]], ...]
     labels: tuple[str, ...]
     process: bool
+    label_values: tuple[tuple[str, tuple[str, ...]], ...] = ()  # values vLLM exports for extra labels
+    engine_label: bool = True  # carries engine="<rank>" on versions that have it
+
+    def values_of(self, label: str) -> tuple[str, ...]:
+        return dict(self.label_values).get(label, ())
 
     def name_for(self, v: Version) -> str | None:
         found = [r.name for r in self.names if r.contains(v)]
@@ -80,6 +85,7 @@ class Catalog:
     created_series_since: Version
     finished_reasons: tuple[tuple[str, Version], ...]
     metrics: dict[str, MetricDef]
+    completion_handlers: tuple[str, ...] = ()  # HTTP handlers of the generation endpoints
 
     def metric(self, key: str) -> MetricDef:
         return self.metrics[key]
@@ -125,6 +131,8 @@ def _build(raw: dict) -> Catalog:
             buckets=buckets,
             labels=tuple(m.get("labels", [])),
             process=bool(m.get("process", False)),
+            engine_label=bool(m.get("engine_label", True)),
+            label_values=tuple((k, tuple(str(x) for x in v)) for k, v in m.get("label_values", {}).items()),
         )
     sv = raw["supported_versions"]
     return Catalog(
@@ -137,6 +145,7 @@ def _build(raw: dict) -> Catalog:
         created_series_since=parse_version(raw["created_series_since"]),
         finished_reasons=tuple((r["value"], parse_version(r["since"])) for r in raw["finished_reasons"]),
         metrics=metrics,
+        completion_handlers=tuple(raw.get("completion_handlers", ())),
     )
 
 

@@ -27,6 +27,7 @@ SIGNALS = (
     "output_speed_per_user",
     "rss_growth",
     "metrics_absent",
+    "engine_hung",
 )
 USE_CASES = ("chat", "rag", "agentic", "batch", "voice", "capacity")
 SLI_KINDS = ("ttft", "itl", "tpot", "e2e", "queue_time", "success")
@@ -233,6 +234,10 @@ class AlertOverride(_Model):
     warning: Threshold | None = Field(None, description="Threshold for severity warning; null drops this level.")
     info: Threshold | None = Field(None, description="Threshold for severity info.")
     for_: PendingDuration | None = Field(None, alias="for", description="Pending duration, e.g. 10m.")
+    fleet_share: Threshold | None = Field(
+        None,
+        description="engine_hung: share of a model's replicas that must be hung to page (default 50%).",
+    )
 
 
 class Alerts(_Model):
@@ -251,6 +256,7 @@ class Alerts(_Model):
     output_speed_per_user: AlertOverride | None = None
     rss_growth: AlertOverride | None = None
     metrics_absent: AlertOverride | None = None
+    engine_hung: AlertOverride | None = None
 
 
 class BurnRate(_Model):

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from genobs.catalog import load_catalog, parse_version
 from genobs.sim import SCENARIOS, Simulator
 from genobs.sim.cli import simulate
+from genobs.sim.collector import NOT_SIMULATED
 
 CAT = load_catalog()
 REPO = Path(__file__).parents[1]
@@ -162,7 +163,8 @@ def test_exposition_matches_catalog(version: str) -> None:
     samples = parse(body)
     names = {s.name for s in samples}
     created = {n for n in names if n.endswith("_created")}
-    assert names - created == CAT.names_for(v)
+    not_simulated = {n for k in NOT_SIMULATED if (n := CAT.name(k, v))}
+    assert names - created == CAT.names_for(v) - not_simulated
     assert created == expected_created(v)
     present, absent = SPOT[version]
     assert present <= names and not absent & names
@@ -185,8 +187,9 @@ def test_exposition_matches_catalog(version: str) -> None:
         keys = set(s.labels)
         want = set(m.labels) | ({"le"} if suffix == "_bucket" else set())
         if not m.process:
-            want |= {"model_name"} | ({"engine"} if engine else set())
-            engines.add(s.labels.get("engine"))
+            want |= {"model_name"} | ({"engine"} if engine and m.engine_label else set())
+            if m.engine_label:
+                engines.add(s.labels.get("engine"))
         assert keys == want, (s.name, keys)
         if m.key == "request_success" and suffix == "":
             reasons.setdefault((s.labels["model_name"], s.labels.get("engine")), {})[s.labels["finished_reason"]] = (
@@ -214,7 +217,7 @@ def test_optional_families_are_flags() -> None:
     names = {s.name for s in parse(sim.render().decode())}
     for key, m in CAT.metrics.items():
         n = m.name_for(v)
-        if n is None:
+        if n is None or key in NOT_SIMULATED:
             continue
         exposed = any(x.startswith(n) for x in names)
         assert exposed == (not key.startswith(("spec_decode_", "nixl_"))), key
@@ -253,7 +256,7 @@ def test_prometheus2_accept_header_gets_underscored_names() -> None:
     assert content_type == "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
     assert body.endswith("# EOF\n")
     sample_names = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in body.splitlines() if not line.startswith("#")}
-    expected = CAT.names_for(v) | expected_created(v)
+    expected = (CAT.names_for(v) - {CAT.name(k, v) for k in NOT_SIMULATED}) | expected_created(v)
     assert sample_names == {n.replace(":", "_") for n in expected}
     assert not any(n.startswith("vllm:") for n in sample_names)
     assert f"# TYPE {wire('ttft')} histogram" in body
@@ -413,7 +416,8 @@ def test_cli_serves_until_sigterm() -> None:
         line = proc.stdout.readline()
         url = re.search(r"http://\S+/metrics", line).group(0)
         names = {s.name for s in parse(fetch(url)[1])}
-        assert names == CAT.names_for(parse_version("0.9.1")) | expected_created(parse_version("0.9.1"))
+        v = parse_version("0.9.1")
+        assert names == (CAT.names_for(v) - {CAT.name(k, v) for k in NOT_SIMULATED}) | expected_created(v)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=5) == 0
     finally:

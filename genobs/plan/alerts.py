@@ -11,6 +11,7 @@ import yaml
 
 from genobs import naming
 from genobs import promql as q
+from genobs.plan import liveness
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule
 from genobs.plan.recording import Recorder
@@ -60,7 +61,7 @@ class Resolved:
 
     @property
     def comparator(self) -> str:
-        return ">" if self.direction == "above" else "<"
+        return {"above": ">", "at_or_above": ">=", "below": "<"}[self.direction]
 
 
 def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]:
@@ -68,6 +69,20 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
     data = signal_data()
     preset = preset_data()[use_case].get("alerts", {})
     out: list[Resolved] = []
+    shared = {a["signal"] for a in data["alerts"].values() if a.get("share_field")}
+    for signal, layer in overrides.items():
+        if layer.get("fleet_share") is None:
+            continue
+        if signal not in shared:
+            report(("alerts", signal, "fleet_share"), f"fleet_share applies only to {', '.join(sorted(shared))}")
+            continue
+        try:
+            share = parse_ratio(layer["fleet_share"])
+        except ValueError as exc:
+            report(("alerts", signal, "fleet_share"), str(exc))
+            continue
+        if not 0 < share <= 1:
+            report(("alerts", signal, "fleet_share"), "must be above 0 % and at most 100 % of the replicas")
     for name, alert in data["alerts"].items():
         signal = alert["signal"]
         kind = alert["kind"]
@@ -82,6 +97,9 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
         for source, layer in layers:
             if layer.get("for"):
                 for_ = layer["for"]
+            field = alert.get("share_field")
+            if field and layer.get(field) is not None:
+                raw = {sev: (source, layer[field]) for sev in raw}
             if not alert.get("primary"):
                 continue
             for sev in SEVERITIES:
@@ -142,6 +160,32 @@ LATENCY_ALERTS = {
     "VllmQueueTimeP99High": ("queue_time", "Queue time"),
     "VllmNixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time"),
 }
+
+
+def _hung(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
+    series = b.rec.ref("replica_active")
+    return liveness.hung_replicas(b.rec), series, "Replica liveness"
+
+
+def _no_progress(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
+    series = b.rec.ref("replicas_hung_ratio")
+    return f"{series} {op} {t}", series, "Replica liveness"
+
+
+def _frozen(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str] | None:
+    """The API server answers completions while the engine counts nothing and holds nothing."""
+    if "process_http_ok" not in b.rec.names:
+        return None  # before 0.8.3 vLLM has no HTTP metrics: nothing independent of the engine
+    pg = b.ctx.process_group
+    series = b.rec.ref("process_http_ok")
+    progress = f"sum {q.by(pg)} ({b.rec.ref('replica_progress')}) > 0"
+    # engine series present but all zero: no series at all is VllmMetricsAbsent's case
+    idle = f"sum {q.by(pg)} ({b.rec.ref('replica_active')}) == 0"
+    expr = f"{series} > 0 unless {q.on(pg)} ({progress}) and {q.on(pg)} ({idle})"
+    return expr, series, "Replica liveness"
+
+
+_LIVENESS = {"VllmEngineHung": _hung, "VllmFleetNoProgress": _no_progress, "VllmMetricsFrozen": _frozen}
 
 
 class AlertBuilder:
@@ -210,11 +254,8 @@ class AlertBuilder:
             # a target that is up but exports no engine series, or no target at all
             expr = f"absent({up}) or ({up} == 1 unless on (instance) count by (instance) ({series}))"
             return expr, series, "Running vs waiting requests"
-        if a.name == "VllmMetricsFrozen":
-            series = r.ref("generation_tps")
-            running = f"{r.ref('running')} > 0"
-            # the token rate comes first so $value is the (zero) rate the description names
-            return f"{series} == 0 and {q.on(ctx.group)} {running}", series, "Token throughput (tok/s)"
+        if a.name in _LIVENESS:
+            return _LIVENESS[a.name](self, op, t)
         raise KeyError(f"no expression for alert {a.name}")
 
     def build(self, resolved: list[Resolved]) -> list[AlertRule]:
@@ -234,8 +275,9 @@ class AlertBuilder:
                 description = a.description.format(
                     value=value, threshold=threshold_text, instance="{{ $labels.instance }}"
                 )
-                if a.signal == "rss_growth":
+                if a.signal == "rss_growth" or a.name == "VllmMetricsFrozen":
                     description = f"{process_text}: {description}"
+
                 elif a.name not in ("VllmTargetDown", "VllmMetricsAbsent"):
                     description = f"{labels_text}: {description}"
                 extra = [("severity", severity), ("signal", a.signal)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from genobs import naming
 from genobs import promql as q
+from genobs.plan import liveness
 from genobs.plan.context import Context
 from genobs.plan.model import RecordingRule
 
@@ -57,7 +58,9 @@ def _requests(r: Recorder) -> None:
     # V0 creates a finished_reason series only once it is seen: fall back to 0
     r.add("succeeded", "requests_succeeded", "rate", f"{stop} or ({r.ref('finished')} * 0)")
     r.add("unsuccessful", "requests_unsuccessful", "rate", f"{r.ref('finished')} - {r.ref('succeeded')}")
-    r.add("success_ratio", "request_success", "ratio", q.ratio(r.ref("succeeded"), r.ref("finished")))
+    # the share of natural (stop) finishes: a dashboard view; the success ratio is in liveness
+    r.add("stop_ratio", "request_stop_finish", "ratio", q.ratio(r.ref("succeeded"), r.ref("finished")))
+    liveness.record_failures(r)
     for reason, key in (("length", "length_ratio"), ("abort", "abort_ratio")):
         num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
         r.add(
@@ -205,6 +208,7 @@ def build_recording(ctx: Context) -> Recorder:
     _tokens(r)
     _decomposition(r)
     _engine(r)
+    liveness.record_liveness(r)
     _features(r)
     _process(r)
     return r

@@ -11,6 +11,7 @@ import yaml
 
 from genobs import naming
 from genobs import promql as q
+from genobs.plan import liveness
 from genobs.plan.alerts import labels_template
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, Target
@@ -24,7 +25,6 @@ LATENCY_SLIS = {
     "e2e": ("e2e", "e2e", "complete within"),
     "queue_time": ("queue_time", "queue_time", "wait in the queue at most"),
 }
-DEFAULT_BAD_REASONS = ("abort", "error")
 SPEED_TEXT = {
     "fast": (
         "The error budget burns fast: at this pace the whole budget of the period is gone in hours to days. "
@@ -125,16 +125,21 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
         sel = (("slo", "=", slo.name),)
         if slo.sli == "success":
             signal = "success"
-            bad = slo.bad_reasons or [r for r in DEFAULT_BAD_REASONS if r in ctx.catalog.reasons_for(ctx.version)]
-            wording = f"{format_percent(objective)} of requests finish with reason stop (bad: {', '.join(bad)})"
+            bad = slo.bad_reasons or list(liveness.failed_reasons(ctx))
+            wording = liveness.success_wording(ctx, format_percent(objective), bad)
 
             def totals(w: str) -> str:
-                return q.sum_by(g, q.rate(ctx.raw("request_success"), w))
+                finished = q.sum_by(g, q.rate(ctx.raw("request_success"), w))
+                return " + ".join([finished, *liveness.failure_terms(ctx, w, f"{finished} * 0")])
 
             def errors(w: str, bad=tuple(bad)) -> str:
-                sel_bad = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(bad)),))
-                # V0 creates a finished_reason series only once seen: absent means 0
-                return f"({q.sum_by(g, q.rate(sel_bad, w))} or {totals(w)} * 0)"
+                finished = q.sum_by(g, q.rate(ctx.raw("request_success"), w))
+                terms = liveness.failure_terms(ctx, w, f"{finished} * 0")
+                if bad:
+                    sel_bad = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(bad)),))
+                    # V0 creates a finished_reason series only once seen: absent means 0
+                    terms.insert(0, f"({q.sum_by(g, q.rate(sel_bad, w))} or {finished} * 0)")
+                return " + ".join(terms)
 
         else:
             key, signal, verb = LATENCY_SLIS[slo.sli]

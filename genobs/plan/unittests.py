@@ -16,6 +16,7 @@ from genobs import naming
 from genobs import promql as q
 from genobs.humanize import expand
 from genobs.plan.context import Context
+from genobs.plan.liveness import replica_labels
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
 from genobs.plan.recording import Recorder
 from genobs.plan.unittests_fleet import Fleet, identity, input_series, quantile_of
@@ -34,7 +35,6 @@ from genobs.units import prom_duration_seconds
 EVALUATION_INTERVAL = "1m"
 MARGIN_MINUTES = 3  # evaluation time past the rate window plus `for`
 SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
-_ENGINE_FREE = ("process", "up")  # probes whose alert reads no engine series
 
 
 def _minutes(duration: str) -> int:
@@ -113,7 +113,14 @@ class _Planner:
 
     def fires(self, probe: Probe, rule: AlertRule, fleet: Fleet, at: int, value: float) -> bool | None:
         """Whether the rule fires on the fleet; None when the value is within rounding of a threshold."""
-        if not fleet.engine_up and probe.labels not in _ENGINE_FREE:
+        if not fleet.engine_up and probe.engine:
+            return False
+        stalled = not (fleet.progressing and fleet.counting)
+        if stalled and probe.engine and not probe.liveness:
+            return False  # no engine counter moves: rates, ratios and quantiles have no value
+        if probe.liveness == "hung" and not (fleet.counting and not fleet.progressing):
+            return False  # gauges must still show the requests the replica holds
+        if probe.liveness == "frozen" and fleet.counting:
             return False
         if probe.slo is not None:
             return slo_fires(self.env, self.env.slos[probe.slo], rule, fleet, at)
@@ -138,6 +145,8 @@ class _Planner:
             return {k: ident.process[k] for k in ctx.process_group}
         if probe.labels == "up":
             return dict(ident.process)
+        if probe.labels == "replica":
+            return {k: ident.engine[k] for k in replica_labels(ctx)}
         labels = {k: ident.engine[k] for k in ctx.group}
         if probe.labels == "quantile":
             labels["quantile"] = "0.99"

@@ -95,7 +95,10 @@ class Fleet:
     preemptions: float = 0.0  # per second over the fleet
     nixl_failed: float = 0.0  # failed transfers per second
     rss_growth: int = 0  # API-server RSS growth per hour, % of RSS_AT_EVAL
-    generating: bool = True  # the generation-token counter advances
+    progressing: bool = True  # engine counters advance (False: a hung engine, gauges keep their values)
+    counting: bool = True  # engine series count at all (False: a broken multiprocess dir, every value 0)
+    http_5xx: int = 0  # HTTP 5xx answers per second of the completion handlers
+    rejected: int = 0  # admission rejections per second
     engine_up: bool = True  # the engine exports its series at all
     target_up: bool = True  # value of `up`
     extra_bounds: tuple[tuple[str, tuple[float, ...]], ...] = field(default=())  # SLO thresholds added as buckets
@@ -298,15 +301,20 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
             continue
         if not fleet.engine_up:
             continue
+        still = not (fleet.progressing and fleet.counting)
         if m.type == "histogram":
-            out.extend(_histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ident.ranks))
+            flat = replace(fleet, latency=tuple((k, ((0, 0),)) for k in ctx.catalog.metrics)) if still else fleet
+            out.extend(_histogram(ctx, key, base, flat, needed, minutes, engine_labels, ident.ranks))
         elif base in needed and m.type == "counter":
+            ranks = ident.ranks if m.engine_label else (None,)
             for labels, rate in _counter_rates(ctx, key, fleet):
-                for rank in ident.ranks:
-                    out.append(_series(base, engine_labels(rank, **labels), _counter(rate, n, minutes)))
+                for rank in ranks:
+                    value = 0 if still else rate
+                    out.append(_series(base, engine_labels(rank, **labels), _counter(value, len(ranks), minutes)))
         elif base in needed:
             for i, rank in enumerate(ident.ranks):
-                out.append(_series(base, engine_labels(rank), _gauge(_gauge_value(key, fleet, i, n), minutes)))
+                value = _gauge_value(key, fleet, i, n) if fleet.counting else 0
+                out.append(_series(base, engine_labels(rank), _gauge(value, minutes)))
     return out
 
 
@@ -319,8 +327,11 @@ def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str,
         return [
             ({"position": str(i)}, accepted_at(fleet, 0) * (fleet.acceptance / 100) ** i) for i in range(SPEC_TOKENS)
         ]
+    if key == "admission_rejections":
+        first, *rest = ctx.catalog.metric(key).values_of("reason")
+        return [({"reason": first}, fleet.rejected)] + [({"reason": r}, 0) for r in rest]
     rates = {
-        "generation_tokens": TOKENS if fleet.generating else 0,
+        "generation_tokens": TOKENS,
         "preemptions": fleet.preemptions,
         "nixl_failed_transfers": fleet.nixl_failed,
         "spec_decode_accepted_tokens": sum(accepted_at(fleet, i) for i in range(SPEC_TOKENS)),
@@ -373,7 +384,7 @@ def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> 
             le = floatToGoString(upper)
             for rank in ranks:
                 out.append(_series(f"{base}_bucket", engine_labels(rank, le=le), _counter(cumulative, n, minutes)))
-    sum_rate = hist_sum_rate(ctx, fleet, key)
+    sum_rate = hist_sum_rate(ctx, fleet, key) if total else Fraction(0)
     for suffix, rate in (("_sum", sum_rate), ("_count", total)):
         if f"{base}{suffix}" in needed:
             for rank in ranks:
@@ -385,6 +396,12 @@ def _process(ctx: Context, key: str, base: str, fleet: Fleet, ident: Identity, m
     if key == "process_rss":
         step = RSS_AT_EVAL * fleet.rss_growth // 6000  # bytes per minute: growth% of RSS_AT_EVAL per hour
         return [_series(base, ident.process, _gauge(RSS_AT_EVAL - step * minutes, minutes, step))]
+    if key == "http_requests":  # one completion handler; the API server answers even when the engine is stuck
+        handler = ctx.catalog.completion_handlers[0]
+        return [
+            _series(base, {**ident.process, "handler": handler, "method": "POST", "status": status}, _counter(rate, 1, minutes))
+            for status, rate in (("2xx", REQUESTS), ("4xx", 0), ("5xx", fleet.http_5xx))
+        ]
     if key == "gc_collections":
         return [
             _series(base, {**ident.process, "generation": g}, _counter(rate, 1, minutes))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from genobs.plan.alerts import LATENCY_ALERTS
 from genobs.plan.context import Context
+from genobs.plan.liveness import failed_reasons
 from genobs.plan.model import AlertRule
 from genobs.plan.unittests_fleet import (
     FIXED_RATES,
@@ -93,6 +94,8 @@ class Probe:
     needs: tuple[str, ...] = ()  # input series beyond what the alert reads
     slo: str | None = None
     approximate: bool = False  # value() may differ from Prometheus' in the last digits
+    engine: bool = True  # the alert reads engine series (False: process or scrape series only)
+    liveness: str = ""  # hung | frozen: the alert is about engine counters that stopped; others cannot fire then
 
 
 def threshold(rule: AlertRule) -> tuple[str, float] | None:
@@ -147,20 +150,40 @@ def _finish_share(reason: str) -> Probe:
     )
 
 
-def _bad_reason(env: Env) -> str:
-    return "error" if "error" in env.all_reasons() else "abort"
+def http_rate(env: Env, per_second: float, at: int) -> float:
+    """rate() of an API-server HTTP counter: one series per target, no engine ranks."""
+    return fleet_rate(per_second, 1, env.window, at)
 
 
 def success_value(env: Env, fleet: Fleet, at: int) -> float:
-    return env.finish_rate(fleet, ("stop",), at) / env.finish_rate(fleet, env.all_reasons(), at)
+    """1 - failed / attempted, added in the order the recording rules add them."""
+    ctx = env.ctx
+    reasons = failed_reasons(ctx)
+    finished = env.finish_rate(fleet, env.all_reasons(), at)
+    parts = [env.finish_rate(fleet, reasons, at)] if reasons else []
+    extra = []
+    if ctx.has("http_requests"):
+        extra.append(http_rate(env, fleet.http_5xx, at))
+    if ctx.has("admission_rejections"):
+        extra.append(fleet_rate(fleet.rejected, 1, env.window, at))
+    failed, attempted = 0.0, finished
+    for i, v in enumerate([*parts, *extra]):
+        failed = v if i == 0 else failed + v
+    for v in extra:
+        attempted = attempted + v
+    return 1 - failed / attempted
 
 
-_SUCCESS = Probe(
-    "group",
-    success_value,
-    lambda env, fleet, k: fleet.with_share("stop", k, slack=_bad_reason(env)),  # type: ignore[arg-type]
-    lambda env, _: range(REQUESTS - 1, -1, -1),
-)
+def _success_fault(env: Env, fleet: Fleet, k: object) -> Fleet:
+    """`k` of REQUESTS requests succeed: the rest fail as the version can show it."""
+    assert isinstance(k, int)
+    reasons = failed_reasons(env.ctx)
+    if reasons:
+        return fleet.with_share("stop", k, slack=reasons[0])
+    return _with(fleet, http_5xx=REQUESTS - k)
+
+
+_SUCCESS = Probe("group", success_value, _success_fault, lambda env, _: range(REQUESTS - 1, -1, -1))
 
 
 def _speed_value(env: Env, fleet: Fleet, at: int) -> float:
@@ -242,9 +265,15 @@ _RSS = Probe(
     lambda env, fleet, k: _with(fleet, rss_growth=k),
     lambda env, _: range(1, 101),  # up to doubling per hour
     approximate=True,  # deriv() is a least-squares fit
+    engine=False,
 )
 _TARGET_DOWN = Probe(
-    "up", lambda env, fleet, at: 0.0, lambda env, fleet, _: _with(fleet, target_up=False), lambda e, t: [None], False
+    "up",
+    lambda env, fleet, at: 0.0,
+    lambda env, fleet, _: _with(fleet, target_up=False),
+    lambda e, t: [None],
+    False,
+    engine=False,
 )
 _ABSENT = Probe(
     "up",
@@ -253,13 +282,31 @@ _ABSENT = Probe(
     lambda e, t: [None],
     False,
     needs=("up",),
+    engine=False,
 )
 _FROZEN = Probe(
-    "group",
-    lambda env, fleet, at: 0.0,  # $value is the frozen (zero) token rate
-    lambda env, fleet, _: _with(fleet, generating=False),
+    "process",
+    lambda env, fleet, at: http_rate(env, REQUESTS, at),  # $value: completions/s the API server answers
+    lambda env, fleet, _: _with(fleet, counting=False),
     lambda e, t: [None],
     False,
+    liveness="frozen",
+)
+_HUNG = Probe(
+    "replica",
+    lambda env, fleet, at: float(fleet.running + fleet.waiting),  # $value: requests the replica holds
+    lambda env, fleet, _: _with(fleet, progressing=False),
+    lambda e, t: [None],
+    False,
+    liveness="hung",
+)
+# the unit-test fleet is one replica: hung, it is 100 % of the model's replicas
+_NO_PROGRESS = Probe(
+    "group",
+    lambda env, fleet, at: 1.0,
+    lambda env, fleet, _: _with(fleet, progressing=False),
+    lambda e, t: [None],
+    liveness="hung",
 )
 
 PROBES: dict[str, Probe] = {
@@ -281,6 +328,8 @@ PROBES: dict[str, Probe] = {
     "VllmTargetDown": _TARGET_DOWN,
     "VllmMetricsAbsent": _ABSENT,
     "VllmMetricsFrozen": _FROZEN,
+    "VllmEngineHung": _HUNG,
+    "VllmFleetNoProgress": _NO_PROGRESS,
 }
 LATENCY_KEYS = {name: key for name, (key, _) in LATENCY_ALERTS.items()}
 

@@ -5,14 +5,14 @@ error budget and the burn rates Prometheus then computes."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import promql_parser
 
 from genobs import naming
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
-from genobs.plan.unittests_fleet import Fleet, bounds, canonical, observations
+from genobs.plan.unittests_fleet import Fleet, bounds, canonical, fleet_rate, observations
 from genobs.plan.unittests_probes import _COMPARE, Env, Probe
 from genobs.units import prom_duration_seconds
 
@@ -69,6 +69,11 @@ def wire_keys(ctx: Context) -> dict[str, tuple[str, str]]:
     return out
 
 
+# series the success SLI reads beside finish reasons: HTTP 5xx (attributed to models through
+# the running gauge) and admission rejections
+_SUCCESS_TERMS = ("http_requests", "admission_rejections", "requests_running")
+
+
 def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloDef]:
     """SLO name -> definition, for every SLO whose rules have the expected shape."""
     rules = [r for g in groups for r in g.rules if isinstance(r, RecordingRule) and dict(r.labels).get("slo")]
@@ -88,10 +93,11 @@ def _read_slo(name: str, rules: list[RecordingRule], wires: dict[str, tuple[str,
     burns = {r.record[len(burn_prefix) :]: r for r in rules if r.record.startswith(burn_prefix)}
     if not errors or not burns:
         return None
-    key, thr, bad = None, None, ()
+    key, thr, bad, http = None, None, (), False
     for sel in selectors(promql_parser.parse(errors[0].expr)):
         found = wires.get(sel.name)
-        if found is None:
+        http = http or (found is not None and found[0] == "http_requests")
+        if found is None or found[0] in _SUCCESS_TERMS:
             continue
         if found[0] == "request_success":
             reason = _matcher_value(sel, "finished_reason")
@@ -106,7 +112,7 @@ def _read_slo(name: str, rules: list[RecordingRule], wires: dict[str, tuple[str,
     tree = promql_parser.parse(burns[shortest].expr)
     if not (isinstance(tree, promql_parser.BinaryExpr) and str(tree.op) == "/"):
         return None
-    if not isinstance(tree.rhs, promql_parser.NumberLiteral) or (thr is None if key else not bad):
+    if not isinstance(tree.rhs, promql_parser.NumberLiteral) or (thr is None if key else not (bad or http)):
         return None
     return SloDef(name, key, thr, bad, tree.rhs.val, shortest)
 
@@ -116,8 +122,16 @@ def slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tup
     if slo.key is None:
         rates = fleet.reasons()
         total = env.sum(env.rate(rates.get(r, 0), at, window) for r in env.all_reasons())
-        errors = env.sum(env.rate(rates.get(r, 0), at, window) for r in slo.bad)
-        return errors, total
+        terms = []
+        if env.ctx.has("http_requests"):
+            terms.append(fleet_rate(fleet.http_5xx, 1, window, at))
+        if env.ctx.has("admission_rejections"):
+            terms.append(fleet_rate(fleet.rejected, 1, window, at))
+        errors = env.sum(env.rate(rates.get(r, 0), at, window) for r in slo.bad) if slo.bad else None
+        for v in terms:
+            errors = v if errors is None else errors + v
+            total = total + v
+        return errors or 0.0, total
     bs = bounds(env.ctx, slo.key, fleet)
     idx = bs.index(slo.threshold) if slo.threshold in bs else len(bs)
     total = env.rate(sum(n for _, n in fleet.dist(slo.key)), at, window)
@@ -138,8 +152,8 @@ def burn_rate(env: Env, slo: SloDef, fleet: Fleet, at: int, window: str | None =
 def slo_probe(slo: SloDef) -> Probe:
     def fault(env: Env, fleet: Fleet, k: object) -> Fleet:
         assert isinstance(k, int)
-        if slo.key is None:
-            return fleet.with_share(slo.bad[0], k)
+        if slo.key is None:  # bad finishes, else (no error reason in the version) HTTP 5xx
+            return fleet.with_share(slo.bad[0], k) if slo.bad else replace(fleet, http_5xx=k)
         bs = bounds(env.ctx, slo.key, fleet)
         above = bs.index(slo.threshold) + 1 if slo.threshold in bs else len(bs)
         body = fleet.dist(slo.key)[0][0]

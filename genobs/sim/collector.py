@@ -41,7 +41,7 @@ def plan_families(
     seen: set[str] = set()
     for key, m in catalog.metrics.items():
         wire = m.name_for(version)
-        if wire is None or wire in seen:
+        if wire is None or wire in seen or key in NOT_SIMULATED:
             continue
         if key.startswith(SPEC_DECODE_PREFIX) and not speculative_decoding:
             continue
@@ -50,6 +50,11 @@ def plan_families(
         seen.add(wire)
         out.append(Family(key, wire, m))
     return out
+
+
+# The API server's HTTP middleware creates a status series only once it answers one, and
+# the simulator serves no HTTP traffic of its own: it exports no http_requests_total.
+NOT_SIMULATED = frozenset({"http_requests"})
 
 
 class FleetCollector:
@@ -97,6 +102,9 @@ class FleetCollector:
             return GC_GENERATIONS
         if label == "position":
             return tuple(str(i) for i in range(SPEC_TOKENS))
+        values = next((m.values_of(label) for m in load_catalog().metrics.values() if m.values_of(label)), ())
+        if values:
+            return values
         raise ValueError(f"simulator does not know the values of catalog label {label!r}")
 
     def _series_labels(self, s: SeriesState) -> list[str]:
@@ -109,11 +117,20 @@ class FleetCollector:
         extra = m.labels[0] if m.labels else None
         if m.process:
             return self._process_family(f, extra)
-        names = ["model_name", "engine"] if self.engine_label else ["model_name"]
+        per_rank = self.engine_label and m.engine_label
+        names = ["model_name", "engine"] if per_rank else ["model_name"]
         names += list(m.labels)
         if extra and m.type != "counter":
             raise ValueError(f"simulator supports extra labels on counters only, not on {f.key}")
         extra_values = self._extra_values(extra) if extra else ("",)
+        if m.type == "counter" and not per_rank:  # one series per model, summed over its ranks
+            fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
+            for model in dict.fromkeys(s.model for s in self.fleet.series):
+                for v in extra_values:
+                    total = sum(s.counter(f.key, v) for s in self.fleet.series if s.model == model)
+                    created = self.created_at if self.created else None
+                    fam.add_metric([model] + ([v] if extra else []), total, created=created)
+            return fam
         if m.type == "counter":
             fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
             for s in self.fleet.series:

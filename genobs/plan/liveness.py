@@ -1,0 +1,121 @@
+"""Recording rules for "did the server fail" and "is each replica alive" (part of
+the `plan` stage): failures that never reach the engine (HTTP 5xx, admission
+rejections), per-replica progress, and the shares of a fleet's replicas that are
+hung or whose targets are down."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from genobs import promql as q
+from genobs.plan.context import Context
+
+if TYPE_CHECKING:
+    from genobs.plan.recording import Recorder
+
+
+def replica_labels(ctx: Context) -> tuple[str, ...]:
+    """A replica: the spec's grouping labels plus the scrape target (`instance`)."""
+    return tuple(dict.fromkeys((*ctx.group, "instance")))
+
+
+def failed_reasons(ctx: Context) -> tuple[str, ...]:
+    """finished_reason values that mean the server failed. vLLM has `error` from 0.13; before
+    0.8.3 there is no HTTP status either, so `abort` (client or internal) is all there is."""
+    reasons = ctx.catalog.reasons_for(ctx.version)
+    if "error" in reasons:
+        return ("error",)
+    return () if ctx.has("http_requests") else ("abort",)
+
+
+def _http(ctx: Context, status: str, handlers: bool = True) -> str:
+    extra: list[q.Matcher] = [("status", "=", status)]
+    if handlers:
+        extra.append(("handler", "=~", q.any_of(ctx.catalog.completion_handlers)))
+    return ctx.raw("http_requests", extra=tuple(extra))
+
+
+def http_by_model(ctx: Context, status: str, window: str) -> str:
+    """Per-model rate of the API server's HTTP answers of one status class. http_requests_total
+    has no model_name: each replica's rate is attributed to the model(s) its engine series carry."""
+    per_target = q.sum_by(ctx.process_group, q.rate(_http(ctx, status), window))
+    models = f"group {q.by(replica_labels(ctx))} ({ctx.raw('requests_running')})"
+    return q.sum_by(ctx.group, f"{models} * {q.on(ctx.process_group)} group_left () {per_target}")
+
+
+def success_wording(ctx: Context, objective: str, bad: list[str]) -> str:
+    sources = [f"finished_reason {', '.join(bad)}"] if bad else []
+    if ctx.has("http_requests"):
+        sources.append("HTTP 5xx")
+    if ctx.has("admission_rejections"):
+        sources.append("admission rejections")
+    return f"{objective} of requests do not fail (bad: {', '.join(sources)})"
+
+
+def failure_terms(ctx: Context, window: str, zero: str) -> list[str]:
+    """Failure rates beside finished requests over a window (HTTP 5xx, admission rejections),
+    each `or {zero}` so a series that was never created counts as 0."""
+    out = []
+    if ctx.has("http_requests"):
+        out.append(f"({http_by_model(ctx, '5xx', window)} or {zero})")
+    if ctx.has("admission_rejections"):
+        out.append(f"({q.sum_by(ctx.group, q.rate(ctx.raw('admission_rejections'), window))} or {zero})")
+    return out
+
+
+def record_failures(r: Recorder) -> None:
+    """Success = the server did not fail: 1 - failures / attempts, where failures are error
+    finishes, HTTP 5xx and admission rejections (what the version has). Length finishes and
+    client aborts are not failures; they have their own ratios."""
+    ctx = r.ctx
+    zero = f"{r.ref('finished')} * 0"
+    reasons = failed_reasons(ctx)
+    parts = []
+    if reasons:
+        sel = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(reasons)),))
+        r.add("failed_finishes", "requests_failed_finish", "rate", f"{q.sum_by(ctx.group, q.rate(sel, ctx.window))} or {zero}")
+        parts.append(r.ref("failed_finishes"))
+    if ctx.has("http_requests"):
+        r.add("http_5xx", "http_server_errors", "rate", f"{http_by_model(ctx, '5xx', ctx.window)} or {zero}")
+        parts.append(r.ref("http_5xx"))
+    if ctx.has("admission_rejections"):
+        r.add("rejected", "requests_rejected", "rate", f"{ctx.sum_rate('admission_rejections')} or {zero}")
+        parts.append(r.ref("rejected"))
+    r.add("failed", "requests_failed", "rate", " + ".join(parts))
+    attempted = " + ".join([r.ref("finished"), *parts[1 if reasons else 0 :]])
+    r.add("attempted", "requests_attempted", "rate", attempted)
+    r.add("success_ratio", "request_success", "ratio", f"1 - {q.ratio(r.ref('failed'), r.ref('attempted'))}")
+
+
+def hung_replicas(r: Recorder) -> str:
+    """Replicas holding requests (running or waiting) that generated no token and finished no
+    request over the rate window; the value is the number of requests they hold."""
+    return f"{r.ref('replica_active')} > 0 and {q.on(replica_labels(r.ctx))} {r.ref('replica_progress')} == 0"
+
+
+def record_liveness(r: Recorder) -> None:
+    """Per replica: requests it holds and the progress it makes; per model: the share of
+    replicas that hold requests but make no progress (hung)."""
+    ctx = r.ctx
+    rl = replica_labels(ctx)
+    active = f"{q.sum_by(rl, ctx.raw('requests_running'))} + {q.sum_by(rl, ctx.raw('requests_waiting'))}"
+    r.add("replica_active", "replica_requests_active", "sum", active)
+    tokens = q.sum_by(rl, ctx.rate("generation_tokens"))
+    # V0 creates a finished_reason series only once seen: no series means no finished request
+    finished = f"({q.sum_by(rl, ctx.rate('request_success'))} or {tokens} * 0)"
+    r.add("replica_progress", "replica_progress", "rate", f"{tokens} + {finished}")
+    hung = hung_replicas(r)
+    replicas = f"count {q.by(ctx.group)} ({r.ref('replica_active')})"
+    r.add(
+        "replicas_hung_ratio",
+        "replicas_hung",
+        "ratio",
+        f"(count {q.by(ctx.group)} ({hung}) or {replicas} * 0) / {replicas}",
+    )
+    if ctx.has("http_requests"):
+        r.add(
+            "process_http_ok",
+            "api_server_completions",
+            "rate",
+            q.sum_by(ctx.process_group, q.rate(_http(ctx, "2xx"), ctx.window)),
+        )
