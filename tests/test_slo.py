@@ -65,10 +65,10 @@ SLOW = "SloAvailabilityErrorBudgetBurnSlow"
 
 
 def test_page_fires_for_sustained_20x_burn_within_workbook_detection_time(tmp_path, promtool):
-    # 2 h healthy at 1 req/s per engine, then 10 % aborts = 20x burn of a 99.5 % budget.
+    # 2 h healthy at 1 req/s per engine, then 10 % error finishes = 20x burn of a 99.5 % budget.
     # Workbook detection: 14.4/20 of an hour = 43.2 min after the burn starts (minute 120).
     inputs = [series(e, "stop", "0+60x120 7254+54x60") for e in ("0", "1")] + [
-        series(e, "abort", "0+0x120 6+6x60") for e in ("0", "1")
+        series(e, "error", "0+0x120 6+6x60") for e in ("0", "1")
     ]
     tests = [
         {
@@ -86,7 +86,7 @@ def test_page_fires_for_sustained_20x_burn_within_workbook_detection_time(tmp_pa
 
 def test_page_fires_within_5_minutes_of_a_total_outage(tmp_path, promtool):
     inputs = [series(e, "stop", "0+60x120 7200+0x30") for e in ("0", "1")] + [
-        series(e, "abort", "0+0x120 60+60x30") for e in ("0", "1")
+        series(e, "error", "0+0x120 60+60x30") for e in ("0", "1")
     ]
     tests = [
         {
@@ -103,8 +103,8 @@ def test_page_fires_within_5_minutes_of_a_total_outage(tmp_path, promtool):
 
 
 def test_silent_at_half_x_burn(tmp_path, promtool):
-    # 1 abort in 400 requests = 0.25 % errors = 0.5x burn, for 7 h
-    inputs = [series(e, "stop", "0+399x420") for e in ("0", "1")] + [series(e, "abort", "0+1x420") for e in ("0", "1")]
+    # 1 error in 400 requests = 0.25 % errors = 0.5x burn, for 7 h
+    inputs = [series(e, "stop", "0+399x420") for e in ("0", "1")] + [series(e, "error", "0+1x420") for e in ("0", "1")]
     checks = [
         {"eval_time": t, "alertname": name, "exp_alerts": []} for t in ("30m", "2h", "7h") for name in (FAST, SLOW)
     ]
@@ -116,7 +116,7 @@ def test_silent_at_three_requests_per_hour_with_one_failure(tmp_path, promtool):
     # one engine; successes at minutes 20 and 40, a failure at minute 61, repeated next hour
     stop = "0x19 1x19 2x19 2x19 3x19 4x19 4x10"
     abort = "0x60 1x59 2x10"
-    inputs = [series("0", "stop", stop), series("0", "abort", abort)]
+    inputs = [series("0", "stop", stop), series("0", "error", abort)]
     checks = [
         {"eval_time": t, "alertname": name, "exp_alerts": []}
         for t in ("62m", "65m", "122m", "125m")
@@ -135,7 +135,7 @@ def test_the_low_traffic_check_can_fail(tmp_path, promtool):
     for rel, data in out.files.items():
         if rel.endswith(".rules.yaml"):
             (tmp_path / Path(rel).name).write_bytes(data)
-    inputs = [series("0", "stop", "0x19 1x19 2x19 2x19"), series("0", "abort", "0x60 1x20")]
+    inputs = [series("0", "stop", "0x19 1x19 2x19 2x19"), series("0", "error", "0x60 1x20")]
     doc = {
         "rule_files": sorted(p.name for p in tmp_path.glob("*.rules.yaml")),
         "evaluation_interval": "1m",
@@ -153,7 +153,7 @@ def test_the_low_traffic_check_can_fail(tmp_path, promtool):
 
 
 def test_error_budget_never_nan_without_traffic(tmp_path, promtool):
-    inputs = [series(e, r, "0+0x120") for e in ("0", "1") for r in ("stop", "abort")]
+    inputs = [series(e, r, "0+0x120") for e in ("0", "1") for r in ("stop", "error")]
     sel = '{job="vllm-chat",model_name="gpt-oss-120b",namespace="llm-prod",slo="availability"}'
     tests = [
         {
