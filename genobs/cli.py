@@ -29,6 +29,10 @@ LAZY_COMMANDS = {
         "Print a Prometheus scrape job that keeps vLLM's ':' names.",
     ),
     "doctor": ("genobs.doctor:doctor", "Check a live Prometheus for the vLLM series a spec needs."),
+    "benchmark": (
+        "genobs.commands.benchmark:benchmark",
+        "Judge benchmark exports (AIPerf, GuideLLM, vllm bench) by the spec's use-case KPIs.",
+    ),
 }
 
 

@@ -1,0 +1,123 @@
+"""One benchmark run normalised across tools: every metric in one base unit
+(seconds, tok/s, tok/s/user, req/s), the workload it was measured on, and what was
+derived rather than exported. Parsers live in genobs.gates.formats."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# canonical metric -> (unit shown, kind); kind picks the unit conversion and the formatting
+METRICS: dict[str, tuple[str, str]] = {
+    "ttft": ("s", "time"),
+    "tpot": ("s", "time"),  # per request: (latency - TTFT) / (output tokens - 1)
+    "itl": ("s", "time"),  # per gap between two streamed chunks
+    "e2e": ("s", "time"),
+    "output_tps": ("tok/s", "rate"),
+    "input_tps": ("tok/s", "rate"),
+    "total_tps": ("tok/s", "rate"),
+    "request_throughput": ("req/s", "rate"),
+    "goodput": ("req/s", "rate"),
+    "output_tps_per_user": ("tok/s/user", "rate"),
+    "prefill_tps_per_user": ("tok/s/user", "rate"),
+    "e2e_output_tps_per_user": ("tok/s/user", "rate"),
+}
+
+TITLES = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "itl": "ITL",
+    "e2e": "E2E latency",
+    "output_tps": "output tok/s (system)",
+    "input_tps": "input tok/s (system)",
+    "total_tps": "total tok/s (system)",
+    "request_throughput": "request throughput",
+    "goodput": "goodput",
+    "output_tps_per_user": "output tok/s/user",
+    "prefill_tps_per_user": "prefill tok/s/user",
+    "e2e_output_tps_per_user": "e2e output tok/s/user",
+}
+
+# unit strings benchmark tools write -> factor to seconds
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "seconds": 1.0}
+
+MAX_BYTES = 256 * 1024 * 1024  # vllm bench keeps generated texts; a bigger file is not a benchmark export
+
+
+class InputError(Exception):
+    """An export genobs cannot read: names the file and the field."""
+
+    def __init__(self, file: str, message: str, where: str = ""):
+        super().__init__(f"{file}{':' + where if where else ''}: error: {message}")
+        self.file, self.where, self.message = file, where, message
+
+
+@dataclass(frozen=True)
+class Stat:
+    value: float
+    derived: str = ""  # how genobs computed it; empty when the tool exported it
+
+
+@dataclass
+class Workload:
+    input_tokens: float | None = None  # mean per request
+    output_tokens: float | None = None
+    concurrency: float | None = None
+    concurrency_note: str = ""  # e.g. "measured mean" when no limit was configured
+    request_rate: str | None = None  # configured arrival rate, when the run used one
+    duration_s: float | None = None
+    requests: float | None = None
+    failed: float | None = None
+    streaming: bool | None = None
+    model: str = ""
+
+
+@dataclass
+class Run:
+    path: str  # file, plus #benchmarks[i] when one file holds several runs
+    tool: str
+    workload: Workload
+    metrics: dict[str, dict[str, Stat]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def put(self, metric: str, stat: str, value: float | None, derived: str = "") -> None:
+        if value is None or metric not in METRICS:
+            return
+        self.metrics.setdefault(metric, {})[stat] = Stat(float(value), derived)
+
+    def get(self, metric: str, stats: tuple[str, ...] | list[str]) -> tuple[str, Stat] | None:
+        have = self.metrics.get(metric, {})
+        for s in stats:
+            if s in have:
+                return s, have[s]
+        return None
+
+
+def number(file: str, where: str, value: object) -> float | None:
+    """A finite number, None for null/absent; anything else is an InputError naming the field."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(file, f"expected a number, got {value!r}"[:200], where)
+    if not math.isfinite(value):
+        raise InputError(file, f"expected a finite number, got {value!r}", where)
+    return float(value)
+
+
+def time_factor(file: str, where: str, unit: object) -> float:
+    if not isinstance(unit, str) or unit.strip().lower() not in TIME_UNITS:
+        known = ", ".join(sorted(set(TIME_UNITS) - {"µs"}))
+        raise InputError(file, f"expected a time unit ({known}), got {unit!r}"[:200], where)
+    return TIME_UNITS[unit.strip().lower()]
+
+
+def derive_common(run: Run) -> None:
+    """Fill what every tool leaves out the same way, labelled as derived: input tok/s from
+    total - output (the sources' rule), total from input + output when only those exist."""
+    out = run.get("output_tps", ["avg"])
+    total = run.get("total_tps", ["avg"])
+    inp = run.get("input_tps", ["avg"])
+    if inp is None and out and total:
+        run.put("input_tps", "avg", total[1].value - out[1].value, "total - output tok/s")
+    elif total is None and out and inp:
+        run.put("total_tps", "avg", inp[1].value + out[1].value, "input + output tok/s")

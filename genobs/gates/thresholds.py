@@ -1,0 +1,69 @@
+"""Gate thresholds come from the spec's plan: the same resolved alert thresholds
+(signal default, use-case preset, spec override) that page in production, so a
+benchmark or a before/after comparison is judged by the numbers the spec compiles to."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Level:
+    severity: str
+    value: float
+    comparator: str  # ">" fires above, "<" fires below
+    text: str  # "1s", "20 tok/s/user"
+
+    def breached(self, value: float) -> bool:
+        return value > self.value if self.comparator == ">" else value < self.value
+
+
+@dataclass(frozen=True)
+class SpecGates:
+    name: str
+    use_case: str
+    engine_version: str
+    levels: dict[str, tuple[Level, ...]]  # alert name -> levels, warning first
+    plan: object  # genobs.plan.model.Plan
+
+    def gate(self, alert: str) -> Level | None:
+        """The level that gates: warning (the sources' warning threshold), else the first one."""
+        levels = self.levels.get(alert, ())
+        return next((lv for lv in levels if lv.severity == "warning"), levels[0] if levels else None)
+
+    def level(self, alert: str, severity: str) -> Level | None:
+        return next((lv for lv in self.levels.get(alert, ()) if lv.severity == severity), None)
+
+
+_ORDER = {"warning": 0, "critical": 1, "info": 2}
+
+
+def load_gates(spec: Path) -> SpecGates:
+    """Load and plan SPEC (raises SpecError with file/line/field like `build`)."""
+    from genobs.loader import load_spec
+    from genobs.plan import build_plan
+
+    doc = load_spec(spec)
+    plan = build_plan(doc)
+    levels: dict[str, list[Level]] = {}
+    for a in plan.alerts:
+        if a.threshold is None or not a.comparator:
+            continue
+        levels.setdefault(a.name, []).append(Level(a.severity, a.threshold, a.comparator, a.threshold_text))
+    return SpecGates(
+        name=plan.name,
+        use_case=plan.use_case,
+        engine_version=plan.engine_version,
+        levels={k: tuple(sorted(v, key=lambda lv: _ORDER.get(lv.severity, 9))) for k, v in levels.items()},
+        plan=plan,
+    )
+
+
+@functools.cache
+def gate_data() -> dict:
+    return yaml.safe_load(resources.files("genobs.data").joinpath("gates.yaml").read_text(encoding="utf-8"))
