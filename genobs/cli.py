@@ -33,6 +33,10 @@ LAZY_COMMANDS = {
         "genobs.commands.benchmark:benchmark",
         "Judge benchmark exports (AIPerf, GuideLLM, vllm bench) by the spec's use-case KPIs.",
     ),
+    "compare": (
+        "genobs.commands.compare:compare",
+        "Compare a baseline and a candidate in a live Prometheus; flag KPI regressions.",
+    ),
 }
 
 

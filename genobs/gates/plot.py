@@ -64,21 +64,46 @@ def sweep_chart(
 
 
 def before_after_chart(path: Path, rows: list[tuple[str, float, float, bool]], title: str) -> None:
-    """One bar pair per KPI, candidate relative to baseline (baseline = 100 %); regressions in red."""
+    """One bar per KPI from the baseline (1×) to candidate ÷ baseline on a log scale, so a
+    40× TTFT and a 10 % ITL change stay readable in one chart; failing KPIs in red."""
     plt = _pyplot()
-    height = max(2.5, 0.42 * len(rows) + 1.2)
-    fig, ax = plt.subplots(figsize=(8, height), dpi=100)
+    from matplotlib.ticker import FuncFormatter
+
+    height = max(2.5, 0.38 * len(rows) + 1.4)
+    fig, ax = plt.subplots(figsize=(9, height), dpi=100)
     names = [r[0] for r in rows][::-1]
-    rel = [(r[2] / r[1] * 100.0 if r[1] else 0.0) for r in rows][::-1]
+    ratios = [min(100.0, max(0.01, (r[2] / r[1]) if r[1] else 1.0)) for r in rows][::-1]
     colours = ["tab:red" if r[3] else "tab:green" for r in rows][::-1]
-    ax.barh(names, rel, color=colours, alpha=0.8, label="candidate")
-    ax.axvline(100, color="black", linewidth=1, label="baseline = 100 %")
-    for y, v in enumerate(rel):
-        ax.text(v, y, f" {v:.0f} %", va="center", fontsize=7)
-    ax.set_xlabel("candidate as % of baseline (red: regression beyond threshold or tolerance)")
+    ax.barh(names, [x - 1.0 for x in ratios], left=1.0, color=colours, alpha=0.8)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xscale("log")
+    lo, hi = min(ratios + [0.5]), max(ratios + [2.0])
+    ax.set_xlim(lo / 1.6, hi * 1.6)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}×"))
+    for y, x in enumerate(ratios):
+        if x <= 0.01 or x >= 100:  # clipped: label inside the bar
+            ax.text(
+                1.0 if x < 1 else x / 1.1,
+                y,
+                f" {'≤' if x < 1 else '≥'} {x:g}× ",
+                va="center",
+                ha="right",
+                fontsize=7,
+                color="white",
+            )
+        else:
+            ax.text(
+                x * (1.05 if x >= 1 else 0.95),
+                y,
+                f"{x:.2g}×",
+                va="center",
+                ha="left" if x >= 1 else "right",
+                fontsize=7,
+            )
+    ax.set_xlabel("candidate ÷ baseline (log scale; red: fails the gate)")
     ax.tick_params(axis="y", labelsize=8)
     ax.set_title(title, fontsize=10)
-    ax.set_xlim(0, max(rel + [100]) * 1.2)
+    ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)

@@ -30,6 +30,7 @@ class SpecGates:
     engine_version: str
     levels: dict[str, tuple[Level, ...]]  # alert name -> levels, warning first
     plan: object  # genobs.plan.model.Plan
+    spec: object = None  # genobs.spec.Spec the plan was built from
 
     def gate(self, alert: str) -> Level | None:
         """The level that gates: warning (the sources' warning threshold), else the first one."""
@@ -61,6 +62,7 @@ def load_gates(spec: Path) -> SpecGates:
         engine_version=plan.engine_version,
         levels={k: tuple(sorted(v, key=lambda lv: _ORDER.get(lv.severity, 9))) for k, v in levels.items()},
         plan=plan,
+        spec=doc.spec,
     )
 
 

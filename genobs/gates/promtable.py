@@ -1,0 +1,203 @@
+"""The PromQL table `genobs compare` runs for each side: raw vLLM series of the
+spec's engine version and dialect, restricted to the spec's selector plus the side's
+matchers, every value aggregated over the whole side (one number per KPI)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from genobs import promql as q
+from genobs.catalog import Catalog, Version
+from genobs.gates.sides import Side
+
+
+@dataclass(frozen=True)
+class Query:
+    key: str
+    title: str
+    unit: str  # ratio | s | tok/s | tok/s/user | per request | x
+    better: str  # higher | lower | none
+    expr: str
+    alert: str = ""  # spec alert whose gate level is this KPI's threshold
+    floor: float = 0.0  # absolute differences below this are noise
+    complement: bool = False  # judge the change on 1 - value (failures), not on the value
+    objective: float | None = None  # goodput rows: the SLO objective
+    profile: bool = False  # describes the load, not the service: a difference is a warning
+
+
+@dataclass(frozen=True)
+class Env:
+    """Names and matchers of the spec, independent of the plan's internals."""
+
+    catalog: Catalog
+    version: Version
+    dialect: str
+    selector: tuple[tuple[str, str], ...]
+    models: tuple[str, ...]
+    features: frozenset[str]
+    slos: tuple[tuple[str, str, float, float], ...] = ()  # (name, histogram key, threshold s, objective)
+
+    def has(self, key: str) -> bool:
+        return self.catalog.name(key, self.version) is not None
+
+    def metric(self, key: str, suffix: str = "") -> str:
+        name = self.catalog.name(key, self.version)
+        if name is None:
+            raise KeyError(key)
+        name += suffix
+        return name.replace(":", "_") if self.dialect == "underscore" else name
+
+    def matchers(self, side: Side, process: bool = False) -> tuple[q.Matcher, ...]:
+        """Spec selector and models, with any label the side names taken from the side instead."""
+        own = {label for label, _, _ in side.matchers}
+        out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector if k not in own]
+        if self.models and not process and "model_name" not in own:
+            out.append(("model_name", "=~", q.any_of(self.models)))
+        return (*out, *side.matchers)
+
+
+# histogram key -> (title, alert on its p99)
+LATENCIES = {
+    "ttft": ("TTFT", "VllmTtftP99High"),
+    "itl": ("ITL", "VllmItlP99High"),
+    "tpot": ("TPOT", ""),
+    "e2e": ("E2E latency", "VllmE2eLatencyP99High"),
+    "queue_time": ("queue time", "VllmQueueTimeP99High"),
+}
+
+
+def build_queries(env: Env, side: Side) -> list[Query]:
+    m, w = env.matchers(side), side.window
+
+    def sel(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
+        return q.selector(env.metric(key, suffix), (*m, *extra))
+
+    def sum_rate(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
+        return f"sum({q.rate(sel(key, suffix, extra), w)})"
+
+    finished = sum_rate("request_success")
+    bad = tuple(r for r in ("abort", "error") if r in env.catalog.reasons_for(env.version))
+    failed = sum_rate("request_success", extra=(("finished_reason", "=~", "|".join(bad)),))
+    out = [
+        Query("requests", "finished requests", "req/s", "none", finished, profile=True),
+        Query(
+            "stop_share",
+            "success (finished stop)",
+            "ratio",
+            "higher",
+            q.ratio(
+                f"({sum_rate('request_success', extra=(('finished_reason', '=', 'stop'),))} or vector(0))", finished
+            ),
+            alert="VllmSuccessRatioLow",
+            floor=0.001,
+            complement=True,
+        ),
+        Query(
+            "availability",
+            f"availability (not {'/'.join(bad)})",
+            "ratio",
+            "higher",
+            f"1 - {q.ratio(f'({failed} or vector(0))', finished)}",
+            floor=0.001,
+            complement=True,
+        ),
+    ]
+    for key, (title, alert) in LATENCIES.items():
+        if not env.has(key):
+            continue
+        for quant in (0.5, 0.99):
+            expr = f"{q.quantile(quant, (), q.rate(sel(key, '_bucket'), w))} >= 0"
+            out.append(
+                Query(
+                    f"{key}_p{quant * 100:g}",
+                    f"{title} p{quant * 100:g}",
+                    "s",
+                    "lower",
+                    expr,
+                    alert=alert if quant == 0.99 else "",
+                    floor=0.001,
+                )
+            )
+    speed_key = "tpot" if env.has("tpot") else "itl"
+    out.append(
+        Query(
+            "output_speed_per_user",
+            f"output tok/s/user (1 / mean {'TPOT' if speed_key == 'tpot' else 'ITL'})",
+            "tok/s/user",
+            "higher",
+            q.ratio(sum_rate(speed_key, "_count"), sum_rate(speed_key, "_sum")),
+            alert="VllmOutputSpeedPerUserLow",
+            floor=0.1,
+        )
+    )
+    prompt, gen = sum_rate("prompt_tokens"), sum_rate("generation_tokens")
+    out += [
+        # live throughput follows the offered load, not the checkpoint: shown, never judged
+        Query("output_tps", "output tok/s (system)", "tok/s", "none", gen),
+        Query("total_tps", "total tok/s (system)", "tok/s", "none", f"{prompt} + {gen}"),
+        # the load profile of each side: when these differ the comparison is not like for like
+        Query(
+            "prompt_per_request", "prompt tokens per request", "tok", "none", q.ratio(prompt, finished), profile=True
+        ),
+        Query(
+            "generation_per_request",
+            "generation tokens per request",
+            "tok",
+            "none",
+            q.ratio(gen, finished),
+            profile=True,
+        ),
+        Query("io_ratio", "IO ratio (prompt : generation tokens)", "x", "none", q.ratio(prompt, gen), profile=True),
+    ]
+    if "prefix_caching" in env.features:
+        if env.has("prefix_cache_hits"):
+            expr = q.ratio(sum_rate("prefix_cache_hits"), sum_rate("prefix_cache_queries"))
+        else:
+            expr = f"avg(avg_over_time({sel('prefix_cache_hit_rate_gauge')}[{w}]))"
+        out.append(Query("prefix_hit", "prefix-cache hit rate", "ratio", "higher", expr, floor=0.01))
+    out += [
+        Query(
+            "preemptions_per_request",
+            "preemptions per finished request",
+            "per request",
+            "lower",
+            q.ratio(f"({sum_rate('preemptions')} or vector(0))", finished),
+            floor=0.001,
+        ),
+        Query(
+            "kv_usage",
+            "KV-cache usage (mean)",
+            "ratio",
+            "lower",
+            f"avg(avg_over_time({sel('kv_cache_usage')}[{w}]))",
+            floor=0.02,
+        ),
+    ]
+    for name, key, threshold, objective in env.slos:
+        if not env.has(key):
+            continue
+        good = sum_rate(key, "_bucket", (q.le_matcher(threshold),))
+        out.append(
+            Query(
+                f"goodput_{name}",
+                f"goodput: share within SLO {name} ({LATENCIES[key][0]} ≤ {threshold:g}s)",
+                "ratio",
+                "higher",
+                q.ratio(good, sum_rate(key, "_count")),
+                floor=0.001,
+                complement=True,
+                objective=objective,
+            )
+        )
+    for query in out:
+        q.metric_names(query.expr)  # every expression parses before it is sent
+    return out
+
+
+def scalar(result: list[dict]) -> float | None:
+    """The single value of an aggregated instant vector; None when empty or NaN."""
+    if not result:
+        return None
+    value = float(result[0]["value"][1])
+    return None if math.isnan(value) or math.isinf(value) else value
