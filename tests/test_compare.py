@@ -118,7 +118,7 @@ def test_two_healthy_models_give_no_regression(live, tmp_path: Path):
     assert len(judged) >= 12 and all(r["baseline"] is not None and r["candidate"] is not None for r in judged)
     assert rows["output_speed_per_user"]["candidate"] == pytest.approx(1 / 0.03, rel=0.15)  # ITL 20-40 ms
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert struct.unpack(">I", png.read_bytes()[16:20])[0] == 800
+    assert struct.unpack(">I", png.read_bytes()[16:20])[0] == 900  # 9 in at 100 dpi
 
 
 def test_fault_switched_on_at_a_known_time_is_a_regression(live):
