@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from genobs import promtool
 from genobs.errors import Problem, SpecError
 from genobs.loader import load_spec
-from genobs.writer import dump_json, dump_yaml, replace_dir
+from genobs.writer import MARKER, dump_json, dump_yaml, marker, replace_dirs
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
     files["alertmanager/inhibit-rules.yaml"] = dump_yaml({"inhibit_rules": list(plan.inhibit_rules)}, plan.name)
     files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
     files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
+    files[MARKER] = marker(plan.name)
     if kubernetes or doc.spec.kubernetes.enabled:
         from genobs.k8s import KubernetesOptions, kubernetes_files
 
@@ -67,6 +69,7 @@ def render_all(paths: list[Path], kubernetes: bool | None = None) -> list[Output
     problems: list[Problem] = []
     outputs: list[Output] = []
     names: dict[str, str] = {}
+    uids: dict[str, str] = {}
     for path in spec_files(paths):
         try:
             out = render_spec(path, kubernetes=kubernetes)
@@ -88,6 +91,20 @@ def render_all(paths: list[Path], kubernetes: bool | None = None) -> list[Output
                 )
             )
             continue
+        uid = next(f[len("grafana/") : -len(".json")] for f in out.files if f.startswith("grafana/"))
+        if uid in uids:
+            line, col = load_spec(path).positions.get(("dashboard", "uid"), (None, None))
+            problems.append(
+                Problem(
+                    f"Grafana uid {uid!r} is also used by {uids[uid]}; dashboards need distinct uids",
+                    str(path),
+                    line,
+                    col,
+                    field="dashboard.uid",
+                )
+            )
+            continue
+        uids[uid] = str(path)
         names[out.name] = str(path)
         outputs.append(out)
     if problems:
@@ -95,17 +112,20 @@ def render_all(paths: list[Path], kubernetes: bool | None = None) -> list[Output
     return outputs
 
 
-def write(outputs: list[Output], root: Path) -> list[Path]:
-    dirs = []
-    for out in outputs:
-        target = root / out.name
-        replace_dir(target, out.files)
-        dirs.append(target)
-    return dirs
+def write(
+    outputs: list[Output],
+    root: Path,
+    force: bool = False,
+    check: Callable[[list[tuple[Path, Path]]], None] | None = None,
+) -> list[Path]:
+    """Stage every output folder, run `check` on the staged folders, then swap all in
+    (see writer.replace_dirs: all or nothing)."""
+    return replace_dirs({root / out.name: out.files for out in outputs}, force=force, check=check)
 
 
-def check(target: Path) -> list[promtool.Result]:
-    """promtool check rules (and test rules, where tests exist) on one output folder."""
+def check(target: Path, name: str | None = None) -> list[promtool.Result]:
+    """promtool check rules (and test rules, where tests exist) on one output folder
+    (`name`: the spec's name, when the folder is a staged copy under another name)."""
     rules = sorted((target / "prometheus").glob("*.yaml"))
     results = [promtool.check_rules(rules)]
     tests = sorted((target / "prometheus" / "tests").glob("*.yaml"))
@@ -115,18 +135,19 @@ def check(target: Path) -> list[promtool.Result]:
         )
     operator_rule = target / "kubernetes" / "prometheusrule.yaml"
     if operator_rule.is_file():
-        results.append(check_prometheusrule(operator_rule))
+        results.append(check_prometheusrule(operator_rule, name or target.name))
     return results
 
 
-def check_prometheusrule(path: Path) -> promtool.Result:
+def check_prometheusrule(path: Path, name: str | None = None) -> promtool.Result:
     """promtool check rules on the groups a PrometheusRule manifest embeds."""
     import tempfile
 
     import yaml
 
     groups = yaml.safe_load(path.read_bytes())["spec"]["groups"]
+    name = name or path.parent.parent.name
     with tempfile.TemporaryDirectory(prefix="genobs-") as tmp:
-        rules = Path(tmp) / f"{path.parent.parent.name}.prometheusrule.rules.yaml"
-        rules.write_bytes(dump_yaml({"groups": groups}, path.parent.parent.name))
+        rules = Path(tmp) / f"{name}.prometheusrule.rules.yaml"
+        rules.write_bytes(dump_yaml({"groups": groups}, name))
         return promtool.check_rules([rules])

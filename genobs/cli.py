@@ -130,17 +130,25 @@ _fail_spec = fail_spec
     show_default=True,
     help="Folder that receives one sub-folder per spec.",
 )
-@click.option("--strict", is_flag=True, help="Fail when promtool is missing.")
+@click.option("--strict", is_flag=True, help="Fail when promtool is missing (nothing is written then).")
 @click.option("--no-check", is_flag=True, help="Skip promtool.")
 @click.option(
     "--kubernetes",
     is_flag=True,
     help="Also write kubernetes/ (PrometheusRule, dashboard ConfigMap, Grafana provisioning) for every spec.",
 )
-def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, kubernetes: bool) -> None:
-    """Build SPECS (files or folders of *.yaml) into OUTPUT/<name>/."""
+@click.option(
+    "--force", is_flag=True, help="Replace OUTPUT/<name>/ even when genobs did not create it (its files are deleted)."
+)
+def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, kubernetes: bool, force: bool) -> None:
+    """Build SPECS (files or folders of *.yaml) into OUTPUT/<name>/.
+
+    Every folder is staged and checked with promtool first; only when all checks
+    pass are the folders swapped in, all together. A failed check leaves OUTPUT as
+    it was."""
     from genobs import build as pipeline
     from genobs import promtool
+    from genobs.writer import SwapFailed, WriteRefused
 
     for s in specs:
         if not s.exists():
@@ -153,24 +161,57 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
     if not outputs:
         click.echo("no specs found", err=True)
         sys.exit(2)
-    dirs = pipeline.write(outputs, output)
-    failed = False
-    for out, target in zip(outputs, dirs):
-        click.echo(f"{out.spec_file} -> {target}/ ({len(out.files)} files)")
+    for out in outputs:
         for warning in out.warnings:
-            click.echo(f"{out.spec_file}: warning: {warning}", err=True)
-        if no_check:
-            continue
-        if promtool.find() is None:
-            msg = "promtool not found on PATH: rules were not checked (install Debian's 'prometheus' package)"
-            click.echo(("error: " if strict else "warning: ") + msg, err=True)
-            failed |= strict
-            continue
-        for result in pipeline.check(target):
-            if not result.ok:
-                click.echo(result.output, err=True)
-                failed = True
-    sys.exit(1 if failed else 0)
+            click.echo(printable(f"{out.spec_file}: warning: {warning}"), err=True)
+    kept = ", ".join(f"{output / o.name}/" for o in outputs)
+    run_checks = not no_check
+    if run_checks and promtool.find() is None:
+        msg = "promtool not found on PATH: rules were not checked (install Debian's 'prometheus' package)"
+        if strict:
+            click.echo(f"error: {msg}", err=True)
+            click.echo(f"nothing was written; {kept} {'stays' if len(outputs) == 1 else 'stay'} as it was", err=True)
+            sys.exit(1)
+        click.echo(f"warning: {msg}", err=True)
+        run_checks = False
+    names = {output / o.name: o.name for o in outputs}
+
+    def check_staged(staged: list[tuple[Path, Path]]) -> None:
+        failed = False
+        for target, path in staged:
+            for result in pipeline.check(path, names[target]):
+                if not result.ok:
+                    click.echo(result.output, err=True)
+                    failed = True
+        if failed:
+            raise _ChecksFailed()
+
+    try:
+        dirs = pipeline.write(outputs, output, force=force, check=check_staged if run_checks else None)
+    except _ChecksFailed:
+        click.echo(
+            f"promtool checks failed; nothing was written: {kept} {'stays' if len(outputs) == 1 else 'stay'} as it was",
+            err=True,
+        )
+        sys.exit(1)
+    except WriteRefused as exc:
+        for line in exc.lines:
+            click.echo(printable(f"error: {line}"), err=True)
+        click.echo("nothing was written; move it away, choose another -o, or pass --force to replace it", err=True)
+        sys.exit(2)
+    except SwapFailed as exc:
+        click.echo(printable(f"error: {exc.cause}"), err=True)
+        if exc.replaced:
+            click.echo("these folders hold the new build: " + ", ".join(f"{p}/" for p in exc.replaced), err=True)
+        else:
+            click.echo("no output folder was replaced; the previous build is still in place", err=True)
+        sys.exit(1)
+    for out, target in zip(outputs, dirs):
+        click.echo(printable(f"{out.spec_file} -> {target}/ ({len(out.files)} files)"))
+
+
+class _ChecksFailed(Exception):
+    pass
 
 
 @main.command()

@@ -3,6 +3,7 @@ anchors and dashboard uids. Pure functions, so renderers and the runbook agree."
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 PREFIX = "genobs"
@@ -39,7 +40,12 @@ def runbook_url(base_url: str, alert_name: str) -> str:
 
 
 def dashboard_uid(spec_name: str) -> str:
-    return f"{PREFIX}-{spec_name}"[:40]
+    """Grafana uids hold 40 characters; a longer one is cut and ends in a short hash
+    of the whole name, so two names that differ only after the cut stay distinct."""
+    uid = f"{PREFIX}-{spec_name}"
+    if len(uid) <= 40:
+        return uid
+    return f"{uid[:33].rstrip('-')}-{hashlib.sha256(uid.encode()).hexdigest()[:6]}"
 
 
 def slo_alert(slo_name: str, speed: str) -> str:

@@ -160,4 +160,3 @@ def test_versions_without_per_position_counts_get_no_alpha_alert():
     plan = build_plan(load_spec_text(text, "sd.yaml"))
     assert "VllmSpecDecodeAcceptanceLow" not in {a.name for a in plan.alerts}
     assert any("VllmSpecDecodeAcceptanceLow is not generated" in w for w in plan.warnings)
-
