@@ -1,0 +1,147 @@
+"""The scenario fleets (tests/fleet_series.py) against vLLM itself: every vLLM series they
+export for 0.33.0 exists in a real 0.33.0 /metrics body with the same label names and
+bucket bounds, and the series behave like Prometheus would store them (monotonic integer
+counters, cumulative buckets, restarts after a pod was down)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from fleet_series import DEFAULT_TRAFFIC, REAL_K3_ACCEPTANCE, Dist, Fleet
+from prometheus_client.parser import text_string_to_metric_families
+
+REAL_EXPOSITION = Path(__file__).parent / "fixtures" / "vllm_0.33.0_metrics.txt"
+TARGET_LABELS = {"job", "namespace", "instance", "pod"}  # added by the scrape, not by vLLM
+SPEC = {"service": {"engine_version": "0.33", "selector": {"namespace": "ns", "job": "vllm"}, "models": ["m"]}}
+FULL = {
+    "replicas": 2,
+    "max_model_len": 4096,  # as in the real exposition: request-token buckets 1 .. 2000
+    "duration": "10m",
+    "traffic": {
+        "spec_decode": {"accept": REAL_K3_ACCEPTANCE},
+        "nixl": {"transfers": 2, "failed": 0.1, "kv_expired": 0.01},
+        "finish": {"stop": 0.9, "length": 0.05, "abort": 0.03, "error": 0.02},
+        "preemptions": 0.1,
+        "waiting": 3,
+    },
+}
+
+
+def parse(s: dict[str, str]) -> tuple[str, dict[str, str]]:
+    name, body = s["series"].split("{", 1)
+    return name, dict(re.findall(r'(\w+)="([^"]*)"', body))
+
+
+def expand(values: str) -> list[float | None]:
+    """promtool's expanding notation back to samples (what promtool loads)."""
+    out: list[float | None] = []
+    for tok in values.split():
+        if tok in ("_", "stale"):
+            out.append(None)
+        elif m := re.fullmatch(r"_x(\d+)", tok):
+            out += [None] * int(m.group(1))
+        elif m := re.fullmatch(r"(-?[\d.e+]+)([+-])([\d.e+]+)x(\d+)", tok):
+            a, sign, d, n = float(m.group(1)), m.group(2), float(m.group(3)), int(m.group(4))
+            out += [a + (d if sign == "+" else -d) * i for i in range(n + 1)]
+        else:
+            out.append(float(tok))
+    return out
+
+
+@pytest.fixture(scope="module")
+def real() -> dict[str, set[frozenset[str]]]:
+    names: dict[str, set[frozenset[str]]] = {}
+    for fam in text_string_to_metric_families(REAL_EXPOSITION.read_text()):
+        for s in fam.samples:
+            names.setdefault(s.name, set()).add(frozenset(s.labels.items() if "le" in s.labels else s.labels))
+    return names
+
+
+def test_vllm_series_exist_in_real_033_exposition(real: dict[str, set[frozenset]]) -> None:
+    seen = set()
+    for s in Fleet(FULL, SPEC).series():
+        name, labels = parse(s)
+        if not name.startswith("vllm:"):
+            continue
+        seen.add(name)
+        assert name in real, f"{name} is not in vLLM 0.33.0's exposition"
+        keys = frozenset(labels) - TARGET_LABELS
+        if "le" in labels:  # bucket bounds and their spelling must match too
+            les = {dict(x)["le"] for x in real[name]}
+            assert labels["le"] in les, f"{name}: le={labels['le']} not among vLLM's {sorted(les)}"
+            keys = keys - {"le"}
+            real_keys = {frozenset(k for k, _ in x) - {"le"} for x in real[name]}
+        else:
+            real_keys = real[name]
+        assert keys in real_keys, f"{name}: labels {sorted(keys)}, vLLM has {[sorted(k) for k in real_keys]}"
+    # the families the rules read are all generated
+    for family in ("vllm:request_success_total", "vllm:time_to_first_token_seconds_bucket",
+                   "vllm:inter_token_latency_seconds_bucket", "vllm:request_time_per_output_token_seconds_bucket",
+                   "vllm:kv_cache_usage_perc", "vllm:num_requests_waiting_by_reason",
+                   "vllm:spec_decode_num_accepted_tokens_per_pos_total", "vllm:nixl_num_failed_transfers_total",
+                   "vllm:admission_rejections_total"):  # fmt: skip
+        assert family in seen, family
+
+
+def test_counters_are_monotonic_integers_and_buckets_cumulative() -> None:
+    series = Fleet(FULL, SPEC).series()
+    by_name: dict[tuple, dict[str, float]] = {}
+    for s in series:
+        name, labels = parse(s)
+        vals = expand(s["values"])
+        assert len(vals) == 21, name  # 10m of 30s samples
+        if name.endswith(("_total", "_bucket", "_count")):
+            assert all(v is not None and v == int(v) for v in vals), f"{name} has non-integer samples"
+            assert all(b >= a for a, b in zip(vals, vals[1:])), f"{name} decreases"
+        if name.endswith("_bucket") or name.endswith("_count"):
+            base = re.sub(r"_(bucket|count)$", "", name)
+            key = (base, tuple(sorted((k, v) for k, v in labels.items() if k != "le")))
+            by_name.setdefault(key, {})[labels.get("le", "count")] = vals[-1]  # type: ignore[assignment]
+    for (base, _), buckets in by_name.items():
+        les = sorted((float(k), v) for k, v in buckets.items() if k != "count")
+        counts = [v for _, v in les]
+        assert counts == sorted(counts), f"{base}: buckets are not cumulative"
+        assert les[-1][0] == math.inf and les[-1][1] == buckets["count"], f"{base}: +Inf != _count"
+
+
+def test_rates_and_ratios_follow_the_traffic() -> None:
+    """5 req/s per replica over 2 engines: 75 finished requests per engine per 30s."""
+    series = {s["series"]: expand(s["values"]) for s in Fleet(FULL, SPEC).series()}
+    stop = [v for k, v in series.items() if k.startswith("vllm:request_success_total") and 'reason="stop"' in k]
+    assert len(stop) == 4  # 2 replicas x 2 engines
+    per_engine = DEFAULT_TRAFFIC["rate"] / 2 * 0.9 * 30
+    assert all(abs((v[-1] - v[0]) / 20 - per_engine) < 1 for v in stop)  # type: ignore[operator]
+    drafts = next(v for k, v in series.items() if k.startswith("vllm:spec_decode_num_drafts_total"))
+    pos0 = next(v for k, v in series.items() if "per_pos" in k and 'position="0"' in k)
+    assert abs(pos0[-1] / drafts[-1] - 0.654) < 0.01  # type: ignore[operator]
+
+
+def test_a_pod_that_was_down_restarts_its_counters() -> None:
+    fleet = Fleet(
+        {"replicas": 1, "duration": "10m", "events": [{"from": "3m", "to": "5m", "set": {"state": "down"}}]}, SPEC
+    )
+    series = {parse(s)[0] + str(sorted(parse(s)[1].items())): expand(s["values"]) for s in fleet.series()}
+    up = next(v for k, v in series.items() if k.startswith("up"))
+    assert up[5] == 1 and up[6] == 0 and up[9] == 0 and up[10] == 1
+    tokens = next(v for k, v in series.items() if k.startswith("vllm:generation_tokens_total"))
+    assert tokens[6] is None  # stale while down: the scrape failed
+    assert tokens[5] > 0 and tokens[10] == 0 and tokens[12] > 0  # type: ignore[operator]
+
+
+def test_distribution_quantiles() -> None:
+    d = Dist.of({"p50": 0.2, "p99": 0.8})
+    assert d.cdf(0.2) == pytest.approx(0.5) and d.cdf(0.8) == pytest.approx(0.99) and d.cdf(10) == 1.0
+    assert Dist.of(1).cdf(0.999) == 0.0 and Dist.of(1).cdf(1.0) == 1.0
+
+
+def test_older_release_names() -> None:
+    spec = {"service": {"engine_version": "0.10.1", "selector": {"job": "vllm"}}}
+    names = Fleet.metric_names(Fleet({"replicas": 1, "duration": "1m"}, spec).series())
+    assert "vllm:time_per_output_token_seconds_bucket" in names
+    assert "vllm:inter_token_latency_seconds_bucket" not in names  # from 0.10.2
+    assert "vllm:request_time_per_output_token_seconds_bucket" not in names  # from 0.11.0
+    assert "vllm:admission_rejections_total" not in names  # from 0.32.0
+    assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} <= names  # both until 0.11.0
