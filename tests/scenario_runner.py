@@ -11,6 +11,7 @@ that `count by (alertname, severity, instance, <labels the expectations name>)
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -196,7 +197,12 @@ def run(path: Path, tmp: Path, promtool: str) -> None:
     }
     test_file = tmp / f"{name}.test.yaml"
     test_file.write_text(json.dumps(test, indent=0))  # YAML is a superset of JSON, and json is fast
-    proc = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=300)
+    # promtool spends a third of its CPU in Go's garbage collector on these inputs; a lazier
+    # GC (GOGC=400, ~200 MB peak) cuts that while keeping memory bounded.
+    env = {**os.environ, "GOGC": "400"}
+    proc = subprocess.run(
+        [promtool, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=300, env=env
+    )
     if proc.returncode != 0:
         raise AssertionError(
             f"scenario {name} ({scenario['description'].strip()}):\n" + explain(proc.stdout + proc.stderr)
