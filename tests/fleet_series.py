@@ -47,13 +47,15 @@ DEFAULT_TRAFFIC: dict[str, Any] = {
     "ttft": {"p50": 0.18, "p99": 0.7},
     "itl": {"p50": 0.022, "p99": 0.045},  # per engine step
     "tpot": None,  # default: itl / tokens per step
-    "e2e": {"p50": 5.5, "p99": 20.0},
     "queue": {"p50": 0.004, "p99": 0.12},
     "prefill": {"p50": 0.12, "p99": 0.5},
-    "decode": {"p50": 5.3, "p99": 19.0},
-    "inference": {"p50": 5.4, "p99": 19.5},
+    # "auto": per request, decode = (output tokens - 1) x mean TPOT, e2e = TTFT + decode,
+    # inference = prefill + decode, so speeds and latencies agree with each other
+    "decode": "auto",
+    "e2e": "auto",
+    "inference": "auto",
     "prompt_tokens": {"p50": 900, "p99": 6000},
-    "output_tokens": {"p50": 250, "p99": 1400},
+    "output_tokens": {"p50": 250, "p99": 1000},
     "running": 30,  # requests running on the replica (split over engines)
     "waiting": 0,  # requests waiting on the replica
     "waiting_deferred": 0,  # of which deferred (KV transfer, LoRA budget), vLLM >= 0.20
@@ -138,6 +140,9 @@ class Dist:
 
     def scaled(self, factor: float) -> Dist:
         return Dist(tuple((x * factor, f) for x, f in self.knots))
+
+    def shifted(self, delta: float) -> Dist:
+        return Dist(tuple((max(x + delta, 0.0), f) for x, f in self.knots))
 
     def cdfs(self, bounds: tuple[float, ...]) -> list[float]:
         key = (self, bounds)
@@ -512,6 +517,15 @@ class ReplicaSeries:
         prompt_d = Dist.of(p["prompt_tokens"])
         itl_d = Dist.of(p["itl"])
         tpot_d = Dist.of(p["tpot"]) if p["tpot"] is not None else itl_d.scaled(1 / tps)
+        auto = out_d.shifted(-1).scaled(tpot_d.mean())
+        decode_d = auto if p["decode"] == "auto" else Dist.of(p["decode"])
+        derived = {
+            "decode": decode_d,
+            "e2e": decode_d.shifted(Dist.of(p["ttft"]).mean()) if p["e2e"] == "auto" else Dist.of(p["e2e"]),
+            "inference": decode_d.shifted(Dist.of(p["prefill"]).mean())
+            if p["inference"] == "auto"
+            else Dist.of(p["inference"]),
+        }
         finish = {k: float(v) for k, v in p["finish"].items()}
         unknown = set(finish) - set(self.reasons)
         if unknown:
@@ -524,8 +538,10 @@ class ReplicaSeries:
             for reason in self.reasons:
                 inc = n * finish.get(reason, 0.0) / total
                 self._add("vllm:request_success_total", (*labels, ("finished_reason", reason)), inc)
-            for key in ("ttft", "e2e", "queue", "inference", "prefill", "decode"):
+            for key in ("ttft", "queue", "prefill"):
                 self._hist(key, labels, n, Dist.of(p[key]))
+            for key, d in derived.items():
+                self._hist(key, labels, n, d)
             self._hist("tpot", labels, n, tpot_d)
             self._hist("prompt_tokens", labels, n, prompt_d)
             self._hist("output_tokens", labels, n, out_d)
