@@ -161,6 +161,30 @@ def _prom_duration(v: str) -> str:
     return v
 
 
+# rate() needs >= 2 samples and should survive a missed scrape: at least 4 scrapes per
+# window. 1m is 4x a 15s scrape, the fastest interval in common use; shorter windows also
+# leave no room for the 1m sample spacing of the generated promtool tests. Beyond 1h
+# every alert reacts more than an hour late (SLO windows are separate) and the generated
+# tests would simulate days of samples.
+RATE_WINDOW_MIN, RATE_WINDOW_MAX = 60, 3600
+
+
+def _rate_window(v: str) -> str:
+    v = _prom_duration(v)
+    seconds = prom_duration_seconds(v)
+    if seconds < RATE_WINDOW_MIN:
+        raise ValueError(
+            f"{v!r} is shorter than 1m: rate() needs at least 4 scrapes in its window to survive a missed one, "
+            "and 1m is 4x a 15s scrape, the fastest in common use; write 1m or more"
+        )
+    if seconds > RATE_WINDOW_MAX:
+        raise ValueError(
+            f"{v!r} is longer than 1h: every alert would react over an hour late; SLO burn-rate windows are set "
+            "under slos: instead"
+        )
+    return v
+
+
 def _duration_text(v: str) -> str:
     parse_seconds(v)
     return v.strip(" ")
@@ -370,10 +394,11 @@ class Spec(_Model):
     )
     features: Features = Field(default_factory=Features)
     evaluation_interval: PromDuration = Field("30s", description="Rule-group evaluation interval.")
-    rate_window: PromDuration = Field(
+    rate_window: Annotated[str, AfterValidator(_rate_window)] = Field(
         "5m",
-        description="Window of rate() in recording rules (part of recorded names, e.g. rate5m). Keep at least 4x the "
-        "scrape interval; shorter windows react faster and are noisier (1m suits demos with a 1-2s scrape).",
+        description="Window of rate() in recording rules (part of recorded names, e.g. rate5m), 1m to 1h. Keep it at "
+        "least 4x the scrape interval so a missed scrape still leaves enough samples: 1m needs a scrape every 15s "
+        "or faster (demos), the 5m default suits the common 15s-60s scrapes.",
     )
     slos: list[SLO] = Field(default_factory=list)
     alerts: Alerts = Field(default_factory=Alerts, description="Per-signal overrides of the preset alerts.")

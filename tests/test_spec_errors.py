@@ -181,10 +181,23 @@ def test_hostile_or_broken_yaml_is_one_clear_problem(text: str, needle: str, whe
 
 @pytest.mark.parametrize(
     ("line", "needle"),
-    [("rate_window: 0s", "must be longer than 0s"), ("evaluation_interval: 1000y", "longer than 10 years")],
+    [
+        ("rate_window: 0s", "must be longer than 0s"),
+        ("evaluation_interval: 1000y", "longer than 10 years"),
+        # accepted before, then the generated promtool tests failed (exit 1)
+        ("rate_window: 1ms", "shorter than 1m: rate() needs at least 4 scrapes in its window"),
+        ("rate_window: 59s", "1m is 4x a 15s scrape"),
+        # accepted before, then promtool simulated days of samples
+        ("rate_window: 1d", "longer than 1h"),
+    ],
 )
 def test_durations_that_would_break_promql_are_refused(line: str, needle: str):
     assert needle in only(GOOD + line + "\n").message
+
+
+def test_rate_window_bounds_are_allowed():
+    for window in ("1m", "60s", "1h"):
+        assert build_plan(load_spec_text(GOOD + f"rate_window: {window}\n")).name == "t"
 
 
 def test_zero_pending_duration_is_allowed():
