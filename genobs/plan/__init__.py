@@ -14,7 +14,7 @@ from genobs.loader import SpecDocument, sort_problems
 from genobs.plan import slo, unittests
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, signal_data
 from genobs.plan.context import Context
-from genobs.plan.dashboard import build_dashboard_rows, build_variables
+from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row
 from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry, Severity
 from genobs.plan.recording import build_recording
@@ -212,6 +212,25 @@ def load_plan(path=None, *, text: str | None = None, file: str = "<spec>") -> tu
     return doc, build_plan(doc)
 
 
+def _absolute(url: str) -> bool:
+    return re.match(r"^https?://", url, re.IGNORECASE) is not None
+
+
+def _with_lead(rows: tuple, preset: dict) -> tuple:
+    lead = preset.get("dashboard_lead")
+    return (lead_row(rows, lead, preset["primary_kpi"]), *rows) if lead else rows
+
+
+def _runbook_notes(base_url: str) -> list[str]:
+    """Alert notifications are read in Slack, mail or a pager: a relative link opens nothing."""
+    if _absolute(base_url):
+        return []
+    return [
+        f"runbook.base_url is {base_url!r}, a relative path: runbook_url links in notifications cannot open it "
+        "(set runbook.base_url to where RUNBOOK.md is published, e.g. https://git.example.com/.../RUNBOOK.md)"
+    ]
+
+
 def build_plan(doc: SpecDocument) -> Plan:
     spec = doc.spec
     ctx, resolved, problems = _checked(doc)
@@ -240,7 +259,8 @@ def build_plan(doc: SpecDocument) -> Plan:
         refresh=spec.dashboard.refresh,
         tags=("genobs", "vllm", spec.use_case),
         variables=build_variables(ctx, rec),
-        rows=slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)),
+        rows=_with_lead(slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)), preset),
+        runbook_url=base_url if _absolute(base_url) else None,
     )
     _check_panels(dashboard.rows, recorded)
     plan = Plan(
@@ -260,7 +280,10 @@ def build_plan(doc: SpecDocument) -> Plan:
         runbook=_runbook(alerts),
         slo_runbook=slos.runbook,
         unit_tests=unit_tests,
-        warnings=tuple(_unreachable(ctx, alerts)) + tuple(_feature_notes(ctx, rec)) + tuple(notes),
+        warnings=tuple(_runbook_notes(base_url))
+        + tuple(_unreachable(ctx, alerts))
+        + tuple(_feature_notes(ctx, rec))
+        + tuple(notes),
         raw_metrics=raw,
     )
     return replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))

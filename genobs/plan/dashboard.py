@@ -337,3 +337,13 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
 def build_variables(ctx: Context, rec: Recorder) -> tuple[Variable, ...]:
     source = ctx.recorded(rec.names["finished"])
     return tuple(Variable(label, f"label_values({source}, {label})", label) for label in ctx.variables)
+
+
+def lead_row(rows: tuple[Row, ...], titles: list[str], kpi: str) -> Row:
+    """The first row: the use case's key panels (presets.yaml `dashboard_lead`), copied
+    from their own rows so those stay complete."""
+    panels = {panel.title: panel for row in rows for panel in row.panels}
+    missing = [t for t in titles if t not in panels]
+    if missing:
+        raise AssertionError(f"dashboard_lead names panels that do not exist: {missing}")
+    return Row(f"Key indicators: {kpi}", tuple(panels[t] for t in titles))

@@ -102,6 +102,7 @@ class Dashboard:
     tags: tuple[str, ...]
     variables: tuple[Variable, ...]
     rows: tuple[Row, ...]
+    runbook_url: str | None = None  # an absolute runbook link shown on the dashboard
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,9 @@ def render_dashboard(plan: DashboardPlan) -> dict:
         time=g.Time("now-6h", "now"),
         templating=g.Templating(list=templates),
         panels=panels,
+        links=[g.DashboardLink(title="Runbook", type="link", uri=plan.runbook_url, icon="doc", targetBlank=True)]
+        if plan.runbook_url
+        else [],
         editable=False,
     ).auto_panel_ids()
     import json
