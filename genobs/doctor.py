@@ -1,16 +1,12 @@
 """`genobs doctor`: ask a live Prometheus which vLLM series it stores, in which
 metric-name dialect, and which raw metrics a spec's rules read that are missing,
-with the likely cause of each. Only urllib: no client library."""
+with the likely cause of each. Only the standard library (genobs/promhttp.py): no client library."""
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import textwrap
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +14,8 @@ import click
 
 from genobs import promql as q
 from genobs.catalog import Catalog, format_version, load_catalog
+from genobs.errors import printable
+from genobs.promhttp import PrometheusError, api, check_timeout, check_url
 from genobs.scrape_config import colon_prefix, underscore_prefix
 
 DEFAULT_URL = "http://localhost:9090"
@@ -50,10 +48,6 @@ _HINTS = {
 }
 
 
-class PrometheusError(Exception):
-    """Prometheus could not be asked (unreachable, HTTP error, not a Prometheus API)."""
-
-
 @dataclass(frozen=True)
 class Missing:
     metric: str
@@ -75,36 +69,7 @@ class Report:
 # --- Prometheus HTTP API -----------------------------------------------------------------------
 
 
-def _api(base: str, path: str, params: dict | None = None, timeout: float = 10.0, post: bool = False) -> object:
-    url = f"{base.rstrip('/')}/api/v1/{path}"
-    body = urllib.parse.urlencode(params or {}, doseq=True)
-    if post:
-        req = urllib.request.Request(
-            url, data=body.encode(), headers={"Content-Type": "application/x-www-form-urlencoded"}
-        )
-    else:
-        req = urllib.request.Request(url + (f"?{body}" if body else ""))
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-    except urllib.error.HTTPError as exc:
-        detail = ""
-        try:
-            detail = json.loads(exc.read() or b"{}").get("error", "")
-        except (ValueError, OSError):
-            pass
-        raise PrometheusError(f"{url}: HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")) from None
-    except (urllib.error.URLError, OSError) as exc:  # timeouts are OSErrors too
-        reason = getattr(exc, "reason", exc)
-        raise PrometheusError(f"cannot reach Prometheus at {base}: {reason}") from None
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise PrometheusError(f"{url} did not answer with JSON; is {base} a Prometheus server?") from None
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        err = doc.get("error", doc) if isinstance(doc, dict) else doc
-        raise PrometheusError(f"{url}: {err}")
-    return doc["data"]
+_api = api  # genobs.commands.compare reads it from here
 
 
 def metric_names(base: str, timeout: float = 10.0) -> set[str]:
@@ -311,6 +276,12 @@ def doctor(spec: Path | None, url: str, timeout: float) -> None:
 
     if "://" not in url:
         url = "http://" + url
+    try:
+        check_url(url)
+        check_timeout(timeout)
+    except PrometheusError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     selector: tuple = ()
     models: tuple = ()
     needed: frozenset[str] = frozenset()
@@ -348,7 +319,7 @@ def doctor(spec: Path | None, url: str, timeout: float) -> None:
     if report.elsewhere and report.dialect == "none":
         click.echo(
             f"  {len(report.elsewhere)} other vLLM names exist outside the selector or without fresh samples "
-            f"(dialect {dialect_of(report.elsewhere, engine)}), e.g. {sorted(report.elsewhere)[0]}"
+            f"(dialect {dialect_of(report.elsewhere, engine)}), e.g. {printable(sorted(report.elsewhere)[0][:200])}"
         )
     if plan is None:
         sys.exit(0 if report.dialect != "none" else 1)

@@ -64,7 +64,9 @@ def replica(
                     "values": _counter(per_min, hung_at),
                 }
             )
-        out.append({"series": "vllm:generation_tokens_total" + _labels(**eng), "values": _counter(share * 300 * 60, hung_at)})
+        out.append(
+            {"series": "vllm:generation_tokens_total" + _labels(**eng), "values": _counter(share * 300 * 60, hung_at)}
+        )
     for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
         per_min = rejected_rps * 60 if reason == "max_num_queued_reqs" else 0
         series = "vllm:admission_rejections_total" + _labels(**target, model_name=MODEL, reason=reason)
@@ -72,7 +74,9 @@ def replica(
     http = {**target, "handler": "/v1/chat/completions", "method": "POST"}
     out.append({"series": "http_requests_total" + _labels(**http, status="2xx"), "values": _counter(rps * 60)})
     if http_5xx_rps:
-        out.append({"series": "http_requests_total" + _labels(**http, status="5xx"), "values": _counter(http_5xx_rps * 60)})
+        out.append(
+            {"series": "http_requests_total" + _labels(**http, status="5xx"), "values": _counter(http_5xx_rps * 60)}
+        )
     return out
 
 
@@ -100,7 +104,11 @@ SCENARIOS: dict[str, tuple[list[dict], set[tuple[str, str, str]]]] = {
     ),
     "half the replicas hung pages": (
         [s for i, p in enumerate(PODS) for s in replica(p, mix=CHAT_MIX, hung_at=5 if i < 2 else None)],
-        {("VllmEngineHung", "warning", PODS[0]), ("VllmEngineHung", "warning", PODS[1]), ("VllmFleetNoProgress", "critical", "")},
+        {
+            ("VllmEngineHung", "warning", PODS[0]),
+            ("VllmEngineHung", "warning", PODS[1]),
+            ("VllmFleetNoProgress", "critical", ""),
+        },
     ),
     "all-zero engine series while the API server answers": (
         [s for i, p in enumerate(PODS) for s in replica(p, mix=CHAT_MIX, zeros=i == 3)],

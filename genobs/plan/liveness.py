@@ -73,7 +73,12 @@ def record_failures(r: Recorder) -> None:
     parts = []
     if reasons:
         sel = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(reasons)),))
-        r.add("failed_finishes", "requests_failed_finish", "rate", f"{q.sum_by(ctx.group, q.rate(sel, ctx.window))} or {zero}")
+        r.add(
+            "failed_finishes",
+            "requests_failed_finish",
+            "rate",
+            f"{q.sum_by(ctx.group, q.rate(sel, ctx.window))} or {zero}",
+        )
         parts.append(r.ref("failed_finishes"))
     if ctx.has("http_requests"):
         r.add("http_5xx", "http_server_errors", "rate", f"{http_by_model(ctx, '5xx', ctx.window)} or {zero}")

@@ -399,7 +399,11 @@ def _process(ctx: Context, key: str, base: str, fleet: Fleet, ident: Identity, m
     if key == "http_requests":  # one completion handler; the API server answers even when the engine is stuck
         handler = ctx.catalog.completion_handlers[0]
         return [
-            _series(base, {**ident.process, "handler": handler, "method": "POST", "status": status}, _counter(rate, 1, minutes))
+            _series(
+                base,
+                {**ident.process, "handler": handler, "method": "POST", "status": status},
+                _counter(rate, 1, minutes),
+            )
             for status, rate in (("2xx", REQUESTS), ("4xx", 0), ("5xx", fleet.http_5xx))
         ]
     if key == "gc_collections":

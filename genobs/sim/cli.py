@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import threading
@@ -25,6 +26,21 @@ def _models(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
     return models
 
 
+MAX_REQUEST_RATE = 1000.0  # requests/s per model the simulator can play in real time on one core
+MAX_DATA_PARALLEL = 64  # engine ranks per model; each multiplies the exposition
+
+
+def _bounded(low: float, high: float, what: str):
+    """A click callback refusing NaN, infinities and values outside [low, high], like the spec's numbers."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: float | int) -> float | int:
+        if not (math.isfinite(value) and low <= value <= high):
+            raise click.BadParameter(f"{value!r} is not {what} from {low:g} to {high:g}", ctx=ctx, param=param)
+        return value
+
+    return check
+
+
 def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
@@ -34,7 +50,14 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
 
 
 @click.command("simulate")
-@click.option("--port", type=int, default=9400, show_default=True, help="TCP port (0 = any free port).")
+@click.option(
+    "--port",
+    type=int,
+    callback=_bounded(0, 65535, "a TCP port"),
+    default=9400,
+    show_default=True,
+    help="TCP port (0 = any free port).",
+)
 @click.option("--addr", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--version", "vllm_version", default=DEFAULT_VERSION, show_default=True, help="vLLM version to mimic.")
 @click.option(
@@ -49,12 +72,27 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
 @click.option(
     "--fault-after",
     type=float,
+    callback=_bounded(0, 1e6, "a number of seconds"),
     default=0.0,
     show_default=True,
     help="Seconds of healthy traffic before faults start (exporter_down closes 2 s later).",
 )
-@click.option("--request-rate", type=float, default=5.0, show_default=True, help="Mean requests/s per model.")
-@click.option("--data-parallel-size", type=int, default=2, show_default=True, help="Engine ranks per model.")
+@click.option(
+    "--request-rate",
+    type=float,
+    callback=_bounded(0, MAX_REQUEST_RATE, "a request rate (requests/s)"),
+    default=5.0,
+    show_default=True,
+    help="Mean requests/s per model.",
+)
+@click.option(
+    "--data-parallel-size",
+    type=int,
+    callback=_bounded(1, MAX_DATA_PARALLEL, "a number of engine ranks"),
+    default=2,
+    show_default=True,
+    help="Engine ranks per model.",
+)
 @click.option("--spec-decode/--no-spec-decode", default=True, show_default=True, help="Expose spec-decode metrics.")
 @click.option("--nixl/--no-nixl", default=True, show_default=True, help="Expose NIXL (disaggregated prefill) metrics.")
 @click.option(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -60,7 +61,9 @@ class Simulator:
                 raise ValueError(f"model {name!r}: {scenario} needs speculative decoding on")
             if scenario in NEEDS_NIXL and not disaggregated_prefill:
                 raise ValueError(f"model {name!r}: {scenario} needs disaggregated prefill (NIXL) on")
-        if data_parallel_size < 1 or request_rate < 0 or fault_after < 0:
+        if not (data_parallel_size >= 1 and math.isfinite(request_rate) and request_rate >= 0) or not (
+            math.isfinite(fault_after) and fault_after >= 0
+        ):
             raise ValueError("data_parallel_size >= 1, request_rate >= 0 and fault_after >= 0 are required")
         self.catalog = catalog
         self.version: Version = v
