@@ -77,7 +77,9 @@ def build_queries(env: Env, side: Side) -> list[Query]:
         return f"sum({q.rate(sel(key, suffix, extra), w)})"
 
     finished = sum_rate("request_success")
-    bad = tuple(r for r in ("abort", "error") if r in env.catalog.reasons_for(env.version))
+    # server failures, as the availability SLO counts them: `error` finishes where the version
+    # has them (client aborts are users pressing stop); before that `abort` is all there is
+    bad = ("error",) if "error" in env.catalog.reasons_for(env.version) else ("abort",)
     failed = sum_rate("request_success", extra=(("finished_reason", "=~", "|".join(bad)),))
     out = [
         Query("requests", "finished requests", "req/s", "none", finished, profile=True),
@@ -103,6 +105,23 @@ def build_queries(env: Env, side: Side) -> list[Query]:
             complement=True,
         ),
     ]
+    if env.has("http_requests") and "model_name" not in {label for label, _, _ in side.matchers}:
+        # answers that never reached the engine; per API-server process, so no model_name label
+        pm = env.matchers(side, process=True)
+        handlers = ("handler", "=~", q.any_of(env.catalog.completion_handlers))
+        http = q.selector(env.metric("http_requests"), (*pm, handlers))
+        http5 = q.selector(env.metric("http_requests"), (*pm, handlers, ("status", "=", "5xx")))
+        out.append(
+            Query(
+                "http_ok",
+                "HTTP answers not 5xx (generation endpoints)",
+                "ratio",
+                "higher",
+                f"1 - {q.ratio(f'(sum({q.rate(http5, w)}) or vector(0))', f'sum({q.rate(http, w)})')}",
+                floor=0.001,
+                complement=True,
+            )
+        )
     for key, (title, alert) in LATENCIES.items():
         if not env.has(key):
             continue
