@@ -48,7 +48,16 @@ def dashboard_uid(spec_name: str) -> str:
     return f"{uid[:33].rstrip('-')}-{hashlib.sha256(uid.encode()).hexdigest()[:6]}"
 
 
-def slo_alert(slo_name: str, speed: str) -> str:
-    """'first-token', 'fast' -> 'SloFirstTokenBudgetBurnFast'."""
+def _slo_prefix(slo_name: str) -> str:
     words = re.split(r"[^A-Za-z0-9]+", slo_name)
-    return "Slo" + "".join(w[:1].upper() + w[1:] for w in words if w) + f"ErrorBudgetBurn{speed.capitalize()}"
+    return "Slo" + "".join(w[:1].upper() + w[1:] for w in words if w)
+
+
+def slo_alert(slo_name: str, speed: str) -> str:
+    """'first-token', 'fast' -> 'SloFirstTokenErrorBudgetBurnFast'."""
+    return _slo_prefix(slo_name) + f"ErrorBudgetBurn{speed.capitalize()}"
+
+
+def slo_unavailable(slo_name: str) -> str:
+    """'first-token' -> 'SloFirstTokenSliUnavailable'."""
+    return _slo_prefix(slo_name) + "SliUnavailable"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from fractions import Fraction
 from importlib import resources
 
 import yaml
@@ -66,6 +67,15 @@ def validate(doc, ctx: Context, report) -> None:
         if slo.name in seen:
             report((*path, "name"), f"SLO name {slo.name!r} is used twice")
         seen.add(slo.name)
+        if not slo.burn_rates:
+            longest = max(burn_table()["alerts"], key=lambda r: prom_duration_seconds(r["long"]))["long"]
+            if prom_duration_seconds(slo.period) < prom_duration_seconds(longest):
+                report(
+                    (*path, "period"),
+                    f"period {slo.period} is shorter than the {longest} long window of the default burn-rate table "
+                    f"(burn factors are budget share x period / long window); use a period of at least {longest} "
+                    "or give burn_rates",
+                )
         if slo.sli == "success":
             if slo.threshold is not None:
                 report((*path, "threshold"), "the success SLI has no threshold; it counts finish reasons")
@@ -99,10 +109,27 @@ def validate(doc, ctx: Context, report) -> None:
                 report((*path, "burn_rates", j), "the short window must be shorter than the long window")
 
 
+def burn_factor(budget_share: float, period: str, long: str) -> float:
+    """Sloth's rule: the burn rate at which `budget_share` of the period's budget is spent
+    within the long window (2 % in 1 h of 30 d: 14.4). Rounded to 4 digits for the rules."""
+    exact = (
+        Fraction(str(budget_share)) * Fraction(prom_duration_seconds(period)) / Fraction(prom_duration_seconds(long))
+    )
+    return float(f"{float(exact):.4g}")
+
+
 def _rows(slo) -> list[dict]:
     if slo.burn_rates:
         return [r.model_dump() for r in slo.burn_rates]
-    return [{k: v for k, v in row.items() if k != "speed"} for row in burn_table()["alerts"]]
+    return [
+        {
+            "severity": row["severity"],
+            "long": row["long"],
+            "short": row["short"],
+            "factor": burn_factor(parse_ratio(row["budget"]), slo.period, row["long"]),
+        }
+        for row in burn_table()["alerts"]
+    ]
 
 
 def _windows(slo) -> list[str]:
@@ -145,6 +172,9 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
             key, signal, verb = LATENCY_SLIS[slo.sli]
             bound = parse_seconds(slo.threshold)
             wording = f"{format_percent(objective)} of requests {verb} {slo.threshold}"
+            if slo.sli == "ttft":
+                # vLLM observes TTFT when the first token is produced; earlier aborts never reach it
+                wording += " (requests aborted before their first token are not counted)"
 
             def totals(w: str, key=key) -> str:
                 return q.sum_by(g, q.rate(ctx.raw(key, "_count"), w))
@@ -154,6 +184,14 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
                 return f"({totals(w)} - {good})"
 
         windows = _windows(slo)
+        table = _rows(slo)
+        # the low-traffic gate counts requests: an inter-token histogram counts token gaps (steps)
+        per_token = slo.sli == "itl" or (slo.sli == "tpot" and ctx.version < ctx.catalog.per_request_tpot_since)
+        gate_subject = "slo_gate_requests" if per_token else "slo_requests"
+        if per_token:
+            for w in sorted({row["long"] for row in table}, key=prom_duration_seconds):
+                finished = q.sum_by(g, q.rate(ctx.raw("request_success"), w))
+                rules.append(RecordingRule(naming.record("slo_gate_requests", f"rate{w}"), finished, tag))
         for w in windows:
             rules.append(RecordingRule(naming.record("slo_requests", f"rate{w}"), totals(w), tag))
             rules.append(RecordingRule(naming.record("slo_errors", f"rate{w}"), errors(w), tag))
@@ -173,7 +211,6 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
         remaining = f"1 - {ctx.recorded(naming.record('slo_error', f'ratio_{slo.period}'), sel)} / {budget:g}"
         rules.append(RecordingRule(naming.record("slo_error_budget", f"remaining_{slo.period}"), remaining, tag))
 
-        table = _rows(slo)
         by_severity: dict[str, list[dict]] = {}
         for row in table:
             by_severity.setdefault(row["severity"], []).append(row)
@@ -185,7 +222,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
                 f = f"{row['factor']:g}"
                 long_ = ctx.recorded(naming.record("slo_burn_rate", f"rate{row['long']}"), sel)
                 short = ctx.recorded(naming.record("slo_burn_rate", f"rate{row['short']}"), sel)
-                gate = ctx.recorded(naming.record("slo_requests", f"rate{row['long']}"), sel)
+                gate = ctx.recorded(naming.record(gate_subject, f"rate{row['long']}"), sel)
                 parts.append(
                     f"({long_} > {f} and {q.on((*g, 'slo'))} {short} > {f} "
                     f"and {q.on((*g, 'slo'))} {gate} >= {ctx.min_request_rate:g})"
@@ -227,12 +264,73 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
                         f"Error budget remaining over {slo.period} on the SLO row.",
                         f"The `{signal}` panels and alerts: which part of the service degrades.",
                     ],
+                    "confirm": "Burn rate over the alert windows:",
                     "query": ctx.recorded(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}"), sel),
                     "panel": f"SLO {slo.name}",
                 }
             )
+        if slo.sli != "success":
+            unit = "token gaps/s" if per_token else "req/s"
+            found = _unavailable(ctx, slo, windows[0], base_url, team, f"{wording} over {slo.period}", unit)
+            rules.append(found[0])
+            runbook.append(found[1])
         rows.append(_slo_row(ctx, slo, objective, windows, table))
     return SloPlan(tuple(rules), tuple(rows), tuple(runbook))
+
+
+def _unavailable(ctx: Context, slo, window: str, base_url: str, team: str | None, objective: str, unit: str):
+    """Slo<Name>SliUnavailable: requests flow but the threshold bucket is missing (e.g. the engine
+    was restarted with other --custom-histogram-buckets), so good events cannot be counted and
+    every burn alert of the SLO would stay silent."""
+    g = ctx.group
+    key, signal, _ = LATENCY_SLIS[slo.sli]
+    bound = parse_seconds(slo.threshold)
+    name = naming.slo_unavailable(slo.name)
+    requests = ctx.recorded(naming.record("slo_requests", f"rate{window}"), (("slo", "=", slo.name),))
+    good = ctx.raw(key, "_bucket", (q.le_matcher(bound),))
+    bucket = f'{ctx.metric(key, "_bucket")}{{le="{bound:g}"}}'
+    extra = [("severity", "warning"), ("signal", signal), ("slo", slo.name)]
+    if team:
+        extra.append(("team", team))
+    rule = AlertRule(
+        name=name,
+        signal=signal,
+        severity="warning",
+        expr=f"{requests} > 0 unless {q.on(g)} count {q.by(g)} ({good})",
+        for_="10m",
+        summary=f"SLO {slo.name}: SLI cannot be computed",
+        description=f'{labels_template(g)}: requests flow ({{{{ $value | printf "%.2f" }}}} {unit}) but no {bucket} '
+        f"series exists, so SLO {slo.name} counts no good events and its burn-rate alerts cannot fire.",
+        runbook_url=naming.runbook_url(base_url, name),
+        labels=tuple(extra),
+        threshold_text="requests flow, threshold bucket missing",
+        query=requests,
+        panel=f"SLO {slo.name}",
+    )
+    entry = {
+        "alert": name,
+        "anchor": naming.anchor(name),
+        "signal": signal,
+        "slo": slo.name,
+        "title": f"SLO {slo.name}: SLI unavailable",
+        "objective_text": objective,
+        "severity_text": "warning: requests flow but the threshold bucket is missing",
+        "meaning": f"The SLO is blind: {ctx.metric(key)} has no bucket with upper bound {slo.threshold}, usually "
+        "because the engine runs with --custom-histogram-buckets that leave it out (or a new release changed the "
+        "defaults). Good events cannot be counted, so the burn-rate alerts of this SLO stay silent whatever "
+        "users see.",
+        "first_action": f"Restart the engine with {slo.threshold} among its histogram buckets, or move the SLO's "
+        "threshold (and `buckets:` in the spec) to a bound the engine exports; until then judge the SLI from the "
+        "latency panels.",
+        "next_checks": [
+            f"The buckets the engine exports: `count by (le) ({ctx.metric(key, '_bucket')})`.",
+            "The engine's start-up flags (--custom-histogram-buckets) and release.",
+        ],
+        "confirm": "Requests counted by the SLO while its threshold bucket is missing:",
+        "query": requests,
+        "panel": f"SLO {slo.name}",
+    }
+    return rule, entry
 
 
 def _slo_row(ctx: Context, slo, objective: float, windows: list[str], table: list[dict]) -> Row:

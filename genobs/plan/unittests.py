@@ -29,7 +29,7 @@ from genobs.plan.unittests_probes import (
     success_value,
     threshold,
 )
-from genobs.plan.unittests_slo import burn_rate, discover_slos, selectors, slo_fires, slo_probe
+from genobs.plan.unittests_slo import burn_rate, discover_slos, selectors, slo_fires, slo_probe, unavailable_probe
 from genobs.units import prom_duration_seconds
 
 EVALUATION_INTERVAL = "1m"
@@ -109,7 +109,11 @@ class _Planner:
         if name in PROBES:
             return PROBES[name]
         slo = dict(self.by_name[name][0].labels).get("slo")
-        return slo_probe(self.env.slos[slo]) if slo in self.env.slos else None
+        if slo not in self.env.slos:
+            return None
+        if name == naming.slo_unavailable(slo):
+            return unavailable_probe(self.env.slos[slo])
+        return slo_probe(self.env.slos[slo])
 
     def fires(self, probe: Probe, rule: AlertRule, fleet: Fleet, at: int, value: float) -> bool | None:
         """Whether the rule fires on the fleet; None when the value is within rounding of a threshold."""
@@ -151,7 +155,7 @@ class _Planner:
         if probe.labels == "quantile":
             labels["quantile"] = "0.99"
         if probe.labels == "slo":
-            labels["slo"] = probe.slo or ""
+            labels["slo"] = probe.slo or probe.tag or ""
         return labels
 
     def expected(self, probe: Probe, rule: AlertRule, value: float, exact: bool) -> dict | None:

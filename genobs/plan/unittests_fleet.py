@@ -102,6 +102,7 @@ class Fleet:
     engine_up: bool = True  # the engine exports its series at all
     target_up: bool = True  # value of `up`
     extra_bounds: tuple[tuple[str, tuple[float, ...]], ...] = field(default=())  # SLO thresholds added as buckets
+    dropped_bounds: tuple[tuple[str, tuple[float, ...]], ...] = field(default=())  # buckets the engine lacks
 
     def reasons(self) -> dict[str, int]:
         return dict(self.finish)
@@ -136,7 +137,8 @@ def observations(key: str) -> int:
 def bounds(ctx: Context, key: str, fleet: Fleet | None = None) -> tuple[float, ...]:
     """Bucket upper bounds the engine exports for a histogram (default buckets plus any SLO thresholds)."""
     extra = dict(fleet.extra_bounds).get(key, ()) if fleet else ()
-    return tuple(sorted(set(ctx.catalog.metric(key).buckets_for(ctx.version)) | set(extra)))
+    dropped = dict(fleet.dropped_bounds).get(key, ()) if fleet else ()
+    return tuple(sorted((set(ctx.catalog.metric(key).buckets_for(ctx.version)) | set(extra)) - set(dropped)))
 
 
 # --- PromQL arithmetic ----------------------------------------------------------

@@ -74,9 +74,9 @@ class Env:
     def rate(self, total_per_second: float, at: int, window: int | None = None) -> float:
         return fleet_rate(total_per_second, self.ranks, window or self.window, at)
 
-    def finish_rate(self, fleet: Fleet, reasons: Iterable[str], at: int) -> float:
+    def finish_rate(self, fleet: Fleet, reasons: Iterable[str], at: int, window: int | None = None) -> float:
         rates = fleet.reasons()
-        return self.sum(self.rate(rates.get(r, 0), at) for r in reasons)
+        return self.sum(self.rate(rates.get(r, 0), at, window) for r in reasons)
 
     def all_reasons(self) -> tuple[str, ...]:
         return self.ctx.catalog.reasons_for(self.ctx.version)
@@ -92,10 +92,11 @@ class Probe:
     params: Callable[[Env, tuple[float, ...]], Iterable[object]]  # candidates, mild to severe
     thresholded: bool = True
     needs: tuple[str, ...] = ()  # input series beyond what the alert reads
-    slo: str | None = None
+    slo: str | None = None  # an SLO's burn-rate alert
     approximate: bool = False  # value() may differ from Prometheus' in the last digits
     engine: bool = True  # the alert reads engine series (False: process or scrape series only)
     liveness: str = ""  # hung | frozen: the alert is about engine counters that stopped; others cannot fire then
+    tag: str | None = None  # the `slo` label of other per-SLO alerts
 
 
 def threshold(rule: AlertRule) -> tuple[str, float] | None:

@@ -171,6 +171,25 @@ def slo_probe(slo: SloDef) -> Probe:
     )
 
 
+def unavailable_probe(slo: SloDef) -> Probe:
+    """Slo<Name>SliUnavailable: the engine exports the SLO's histogram without its threshold bucket;
+    $value is the SLO's request rate over its shortest window."""
+
+    def fault(env: Env, fleet: Fleet, _: object) -> Fleet:
+        assert slo.key is not None and slo.threshold is not None
+        dropped = {**dict(fleet.dropped_bounds), slo.key: (slo.threshold,)}
+        return replace(fleet, dropped_bounds=tuple(sorted(dropped.items())))
+
+    return Probe(
+        "slo",
+        lambda env, fleet, at: slo_totals(env, slo, fleet, at, _minutes(slo.shortest))[1],
+        fault,
+        lambda env, _: [None],
+        thresholded=False,
+        tag=slo.name,
+    )
+
+
 def branches(expr: str) -> list[list[tuple[str, str, float]]]:
     """An alert expression as OR of AND-ed comparisons (series name, operator, number)."""
 
@@ -195,6 +214,7 @@ def branches(expr: str) -> list[list[tuple[str, str, float]]]:
 def slo_fires(env: Env, slo: SloDef, rule: AlertRule, fleet: Fleet, at: int) -> bool | None:
     """Whether an SLO alert fires; None when a compared value sits within rounding of its threshold."""
     burn_prefix, requests_prefix = naming.record("slo_burn_rate", "rate"), naming.record("slo_requests", "rate")
+    gate_prefix = naming.record("slo_gate_requests", "rate")
     fires = False
     for branch in branches(rule.expr):
         ok = True
@@ -203,6 +223,8 @@ def slo_fires(env: Env, slo: SloDef, rule: AlertRule, fleet: Fleet, at: int) -> 
                 value = burn_rate(env, slo, fleet, at, name[len(burn_prefix) :])
             elif name.startswith(requests_prefix):
                 value = slo_totals(env, slo, fleet, at, _minutes(name[len(requests_prefix) :]))[1]
+            elif name.startswith(gate_prefix):  # finished requests of any reason
+                value = env.finish_rate(fleet, env.all_reasons(), at, _minutes(name[len(gate_prefix) :]))
             else:
                 raise ValueError(f"unknown series {name} in SLO alert {rule.name}")
             if math.isclose(value, number, rel_tol=1e-9):
