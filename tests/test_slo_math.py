@@ -107,7 +107,7 @@ def test_a_period_shorter_than_the_longest_window_is_an_error():
 
 
 def test_a_7d_slo_pages_on_a_5x_burn_that_a_30d_table_would_ignore(tmp_path, promtool):
-    # 2 h healthy at 2 req/s, then 2.5 % aborts: 5x the 0.5 % budget. The 7-day page needs the
+    # 2 h healthy at 2 req/s, then 2.5 % errors: 5x the 0.5 % budget. The 7-day page needs the
     # 1 h window above 3.36x: about 3.36 / 5 h = 40 min after the burn starts (minute 120).
     text = spec(AVAILABILITY.replace("PERIOD", "7d"))
     inputs = []
@@ -115,7 +115,7 @@ def test_a_7d_slo_pages_on_a_5x_burn_that_a_30d_table_would_ignore(tmp_path, pro
         inputs.append(
             _series("vllm:request_success_total", "0+60x120 7258.5+58.5x60", engine=e, finished_reason="stop")
         )
-        inputs.append(_series("vllm:request_success_total", "0+0x120 1.5+1.5x60", engine=e, finished_reason="abort"))
+        inputs.append(_series("vllm:request_success_total", "0+0x120 1.5+1.5x60", engine=e, finished_reason="error"))
     name = "SloAvailabilityErrorBudgetBurnFast"
     checks = [
         {"eval_time": "150m", "alertname": name, "exp_alerts": []},
