@@ -17,7 +17,11 @@ DEFAULT_SPEC_FILE = "<built-in chat spec>"
 
 @functools.cache
 def signal_data() -> dict:
-    return yaml.safe_load(resources.files("genobs.data").joinpath("signals.yaml").read_text(encoding="utf-8"))
+    """The built-in signals and alerts, with the capacity ones (genobs/data/capacity.yaml)."""
+    data = resources.files("genobs.data")
+    base = yaml.safe_load(data.joinpath("signals.yaml").read_text(encoding="utf-8"))
+    extra = yaml.safe_load(data.joinpath("capacity.yaml").read_text(encoding="utf-8"))
+    return {key: {**base[key], **extra[key]} for key in ("signals", "alerts")}
 
 
 def known_names() -> list[str]:
@@ -111,7 +115,7 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
     if not rules:
         defaults = data["alerts"].get(name, {})
         out.append("Not generated for this spec" + _absent_reason(signal, plan) + ".")
-        if defaults:
+        if defaults.get("thresholds"):
             levels = ", ".join(f"{sev} {value}" for sev, value in defaults.get("thresholds", {}).items())
             out.append(f"  Defaults: {levels} (for {defaults.get('for')}).")
         out.append("")
@@ -146,6 +150,16 @@ def _absent_reason(signal: str, plan) -> str:
     needs = {"nixl_transfer": "disaggregated_prefill", "spec_decode_acceptance": "speculative_decoding"}
     if signal in needs:
         return f" (needs features.{needs[signal]}: true)"
+    capacity = {
+        "goodput": "capacity.goodput with a ttft or tpot bound and an objective",
+        "system_efficiency": "a capacity block or use_case capacity",
+        "capacity_degradation": "use_case capacity or capacity.degradation",
+        "gpu_saturation": "features.gpu_metrics: dcgm",
+        "gpu_memory": "features.gpu_metrics: dcgm",
+        "autoscaling": "kubernetes.autoscaling with kube_state_metrics: true",
+    }
+    if signal in capacity:
+        return f" (needs {capacity[signal]})"
     return f" (disabled by the spec or the {plan.use_case} preset)"
 
 

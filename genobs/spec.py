@@ -206,6 +206,10 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+# capacity models use the types above (imported here, after their definition)
+from genobs.spec_capacity import Capacity  # noqa: E402
+
+
 class Service(_Model):
     engine: Literal["vllm"] = Field("vllm", description="Serving engine.")
     engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
@@ -406,6 +410,9 @@ class Spec(_Model):
     dashboard: Dashboard = Field(default_factory=Dashboard)
     kubernetes: Kubernetes = Field(
         default_factory=Kubernetes, description="Kubernetes manifests (prometheus-operator, Grafana sidecar)."
+    )
+    capacity: Capacity | None = Field(
+        None, description="Capacity signals: goodput, system efficiency, baseline degradation, headroom, GPU saturation."
     )
 
     @field_validator("name")

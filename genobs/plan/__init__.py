@@ -11,7 +11,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import slo, unittests
+from genobs.plan import capacity, slo, unittests
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, signal_data
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row
@@ -52,7 +52,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
                 )
             )
             return None
-    features = {name for name, on in spec.features.model_dump().items() if on}
+    features = {name for name, on in spec.features.model_dump().items() if on is True}
     for feature in sorted(features):
         keys, what = _FEATURE_NEEDS[feature]
         if not any(catalog.name(k, version) for k in keys):
@@ -119,11 +119,15 @@ def _runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
     return tuple(entries.values())
 
 
-def _raw_metrics(groups: tuple[RuleGroup, ...], ctx: Context, recorded: set[str]) -> frozenset[str]:
-    """Parse every expression once; every raw series it reads must exist for the version."""
+def _raw_metrics(
+    groups: tuple[RuleGroup, ...], ctx: Context, recorded: set[str], other: frozenset[str] = frozenset()
+) -> frozenset[str]:
+    """Parse every expression once; every raw series it reads must exist for the version
+    (or be one of the `other` exporters' series the spec names: DCGM, kube-state-metrics, a gateway)."""
     known = ctx.catalog.names_for(ctx.version) | {"up"}
     if ctx.dialect == "underscore":
         known = {n.replace(":", "_") for n in known}
+    known |= other
     raw: set[str] = set()
     for g in groups:
         for rule in g.rules:
@@ -173,6 +177,14 @@ def _check_panels(rows, recorded: set[str]) -> None:
                     raise AssertionError(f"panel {panel.title!r} reads {sorted(unknown)}, not recorded series")
 
 
+def _with_capacity(rows: tuple, cap) -> tuple:
+    """Capacity rows go right after the system-throughput row (goodput next to throughput)."""
+    if cap is None:
+        return rows
+    at = next((i + 1 for i, r in enumerate(rows) if r.title.startswith("System throughput")), len(rows))
+    return rows[:at] + cap.rows + rows[at:]
+
+
 def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
     """(context, resolved alerts, problems): the version, feature, threshold and SLO checks."""
     spec = doc.spec
@@ -187,6 +199,7 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
     resolved = resolve(spec.use_case, overrides, report)
     if ctx is not None:
         slo.validate(doc, ctx, report)
+        capacity.validate(doc, ctx, report)
     return ctx, resolved, problems
 
 
@@ -247,9 +260,16 @@ def build_plan(doc: SpecDocument) -> Plan:
     )
     if slos.rules:
         groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
-    recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
-    raw = _raw_metrics(groups, ctx, recorded)
+    cap = capacity.build(doc, ctx, rec, base_url, spec.team)
     unit_tests, notes = unittests.build_unit_tests(ctx, rec, groups, spec.name)
+    if cap is not None:
+        from genobs.plan.capacity_tests import build_capacity_tests
+
+        cap_group = RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules)
+        unit_tests += build_capacity_tests(ctx, cap, groups[0], cap_group, spec.name)
+        groups += (cap_group,)
+    recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
+    raw = _raw_metrics(groups, ctx, recorded, cap.known if cap else frozenset())
     preset = preset_data()[spec.use_case]
     title = spec.dashboard.title or f"vLLM - {spec.name}"
     dashboard = Dashboard(
@@ -259,7 +279,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         refresh=spec.dashboard.refresh,
         tags=("genobs", "vllm", spec.use_case),
         variables=build_variables(ctx, rec),
-        rows=_with_lead(slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)), preset),
+        rows=_with_lead(_with_capacity(slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset),
         runbook_url=base_url if _absolute(base_url) else None,
     )
     _check_panels(dashboard.rows, recorded)
@@ -277,7 +297,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         group_by=ctx.group,
         groups=groups,
         dashboard=dashboard,
-        runbook=_runbook(alerts),
+        runbook=_runbook(alerts) + (cap.runbook if cap else ()),
         slo_runbook=slos.runbook,
         unit_tests=unit_tests,
         warnings=tuple(_runbook_notes(base_url))

@@ -43,6 +43,8 @@ def plan_families(
         wire = m.name_for(version)
         if wire is None or wire in seen or key in NOT_SIMULATED:
             continue
+        if m.unit == "info":  # config labels, not fleet state: the simulator has none to show
+            continue
         if key.startswith(SPEC_DECODE_PREFIX) and not speculative_decoding:
             continue
         if key.startswith(NIXL_PREFIX) and not disaggregated_prefill:

@@ -1,0 +1,400 @@
+"""Capacity signals (`capacity:` block, the capacity use case, features.gpu_metrics,
+kubernetes.autoscaling): goodput bounds, system efficiency, TTFT against a
+baseline, headroom, DCGM GPU saturation and the autoscaler-at-max alert. They
+form their own rule group (`capacity.rules.yaml`) reading the recorded series of
+the recording group."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib import resources
+
+import yaml
+
+from genobs import naming
+from genobs import promql as q
+from genobs.plan.alerts import format_threshold, labels_template
+from genobs.plan.context import Context
+from genobs.plan.model import AlertRule, RecordingRule, Row, RunbookEntry, Severity
+from genobs.plan.recording import Recorder
+from genobs.spec_capacity import Capacity, Degradation
+from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
+
+BAD_REASONS = ("abort", "error")  # finishes that do not count as served (the availability SLO's default)
+P99 = (("quantile", "=", "0.99"),)
+
+
+@functools.cache
+def capacity_data() -> dict:
+    return yaml.safe_load(resources.files("genobs.data").joinpath("capacity.yaml").read_text(encoding="utf-8"))
+
+
+def settings(spec) -> Capacity | None:
+    """The spec's capacity block; the capacity use case switches the defaults on without one."""
+    if spec.capacity is not None:
+        return spec.capacity
+    if spec.use_case == "capacity":
+        return Capacity()
+    return None
+
+
+def degradation(spec, cap: Capacity) -> Degradation | None:
+    d = cap.degradation if cap.degradation is not None else (Degradation() if spec.use_case == "capacity" else None)
+    return d if d is not None and d.enabled else None
+
+
+def validate(doc, ctx: Context, report) -> None:
+    """Goodput bounds must be bucket boundaries of the version's histograms; report(path, message)."""
+    spec = doc.spec
+    cap = spec.capacity
+    if cap is not None and cap.goodput is not None:
+        g = cap.goodput
+        path = ("capacity", "goodput")
+        if g.ttft is None and g.tpot is None and g.gateway is None:
+            report(path, "goodput needs a ttft or tpot bound (or a gateway metric)")
+        for key, value in (("ttft", g.ttft), ("tpot", g.tpot)):
+            if value is None:
+                continue
+            if key == "tpot" and ctx.version < (0, 11, 0):
+                report(
+                    (*path, key),
+                    f"vLLM {ctx.version_text} has no per-request TPOT histogram "
+                    "(request_time_per_output_token_seconds exists from 0.11.0); goodput needs it",
+                )
+                continue
+            bounds = ctx.catalog.metric(key).buckets_for(ctx.version)
+            seconds = parse_seconds(value)
+            if not any(abs(b - seconds) < 1e-9 for b in bounds):
+                near = ", ".join(f"{b:g}s" for b in bounds if seconds / 4 <= b <= seconds * 4) or "none near"
+                report(
+                    (*path, key),
+                    f"{value} is not a bucket boundary of {ctx.metric(key)} in vLLM {ctx.version_text}; "
+                    f"boundaries near it: {near}",
+                )
+        if g.objective is not None and g.ttft is None and g.tpot is None and g.gateway is None:
+            report((*path, "objective"), "a goodput objective needs a bound to measure")
+
+
+@dataclass
+class Builder:
+    """Collects the capacity group's recording rules and alerts."""
+
+    ctx: Context
+    rec: Recorder  # the recording group's names (read only)
+    base_url: str
+    team: str | None
+    rules: list[RecordingRule] = field(default_factory=list)
+    alerts: list[AlertRule] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
+    known: set[str] = field(default_factory=set)  # raw series from other exporters (DCGM, kube-state-metrics, gateway)
+
+    def add(self, key: str, name: str, expr: str, labels: tuple = ()) -> str:
+        self.rules.append(RecordingRule(record=name, expr=expr, labels=labels))
+        self.names[key] = name
+        return name
+
+    def ref(self, key: str, extra: tuple = ()) -> str:
+        if key in self.names:
+            return self.ctx.recorded(self.names[key], extra)
+        return self.rec.ref(key, extra)
+
+    def gate(self, key: str = "finished") -> str:
+        return f"and {q.on(self.ctx.group)} {self.ref(key)} >= {self.ctx.min_request_rate:g}"
+
+    def alert(
+        self,
+        name: str,
+        expr: str,
+        threshold: float | None,
+        for_: str,
+        query: str,
+        panel: str,
+        severity: str = "warning",
+        texts: dict[str, str] | None = None,
+        threshold_text: str | None = None,
+        label_text: str | None = None,
+    ) -> None:
+        a = capacity_data()["alerts"][name]
+        if threshold_text is None:
+            threshold_text = format_threshold(a["kind"], threshold) + a.get("unit", "") if threshold is not None else ""
+        value = "{{ $value | humanizePercentage }}" if a["kind"] == "ratio" else "{{ $value | humanize }}"
+        if a.get("value_format"):
+            value = f'{{{{ $value | printf "{a["value_format"]}" }}}}'
+        fill = {"value": value, "threshold": threshold_text, **(texts or {})}
+        prefix = labels_template(self.ctx.group) if label_text is None else label_text
+        description = a["description"].format(**fill)
+        extra = [("severity", severity), ("signal", a["signal"])]
+        if self.team:
+            extra.append(("team", self.team))
+        comparator = {"above": ">", "below": "<"}.get(a["direction"], "")
+        self.alerts.append(
+            AlertRule(
+                name=name,
+                signal=a["signal"],
+                severity=severity,
+                expr=expr,
+                for_=for_,
+                summary=a["summary"].format(**fill),
+                description=f"{prefix}: {description}" if prefix else description,
+                runbook_url=naming.runbook_url(self.base_url, name),
+                labels=tuple(extra),
+                threshold_text=threshold_text,
+                threshold=threshold,
+                comparator=comparator if threshold is not None else "",
+                query=query,
+                panel=panel,
+            )
+        )
+
+
+def _successful(b: Builder) -> str:
+    """Finished requests/s that were not aborted and did not fail."""
+    ctx = b.ctx
+    bad = [r for r in BAD_REASONS if r in ctx.catalog.reasons_for(ctx.version)]
+    failed = q.sum_by(ctx.group, b.rec.ref("finish_by_reason", (("finished_reason", "=~", "|".join(bad)),)))
+    return f"{b.rec.ref('finished')} - ({failed} or ({b.rec.ref('finished')} * 0))"
+
+
+def goodput(b: Builder, cap: Capacity) -> None:
+    g = cap.goodput
+    if g is None:
+        return
+    ctx = b.ctx
+    w = ctx.window
+    parts: list[tuple[str, str]] = []
+    for key, bound in (("ttft", g.ttft), ("tpot", g.tpot)):
+        if bound is None:
+            continue
+        le = (q.le_matcher(parse_seconds(bound)),)
+        name = b.add(
+            f"goodput_{key}",
+            naming.record(f"goodput_{key}_requests", naming.rate_op("rate", w)),
+            q.sum_by(ctx.group, ctx.rate(key, "_bucket", le)),
+        )
+        parts.append((key, b.ctx.recorded(name)))
+    if parts:
+        succ = b.add("goodput_successful", naming.record("requests_served", naming.rate_op("rate", w)), _successful(b))
+        parts.append(("served", ctx.recorded(succ)))
+        union = " or ".join(
+            sel if i == 0 else f'label_replace({sel}, "part", "{part}", "", "")' for i, (part, sel) in enumerate(parts)
+        )
+        # a request good on every bound is counted in every part: at most the smallest part
+        b.add("goodput_upper", naming.record("goodput_requests", naming.rate_op("upper", w)), f"min {q.by(ctx.group)} ({union})")
+        # and at least what the parts must share: sum of parts - (parts - 1) x finished
+        total = " + ".join(sel for _, sel in parts)
+        lower = f"clamp_min({total} - {len(parts) - 1} * {b.rec.ref('finished')}, 0)"
+        b.add("goodput_lower", naming.record("goodput_requests", naming.rate_op("lower", w)), lower)
+        for bound in ("upper", "lower"):
+            b.add(
+                f"goodput_{bound}_ratio",
+                naming.record("goodput", naming.rate_op(f"{bound}_ratio", w)),
+                q.ratio(b.ref(f"goodput_{bound}"), b.rec.ref("finished")),
+            )
+            # tokens of good requests are not counted apart: assume they have the mean output length
+            b.add(
+                f"goodput_{bound}_tokens",
+                naming.record("goodput_output_tokens", naming.rate_op(bound, w)),
+                f"{b.ref(f'goodput_{bound}')} * {b.rec.ref('generation_length_mean')}",
+            )
+    labels: tuple[str, ...] = ()
+    const: tuple[tuple[str, str], ...] = ()
+    if g.gateway is not None:
+        gw = g.gateway
+        b.known |= {gw.good, gw.total}
+        labels = tuple(label for label in ctx.variables if label == "model_name")
+        matchers = tuple((k, "=", v) for k, v in gw.selector.items())
+        # the gateway's series carry its own job; the spec's selector labels are set on the result
+        const = tuple((k, v) for k, v in ctx.selector if k in ctx.group)
+        good = b.add(
+            "goodput_gateway",
+            naming.record("goodput_gateway_requests", naming.rate_op("rate", w)),
+            q.sum_by(labels, q.rate(q.selector(gw.good, matchers), w)),
+            const,
+        )
+        total = q.sum_by(labels, q.rate(q.selector(gw.total, matchers), w))
+        b.add(
+            "goodput_gateway_ratio",
+            naming.record("goodput_gateway", naming.rate_op("ratio", w)),
+            q.ratio(ctx.recorded(good), total),
+            const,
+        )
+    if g.objective is not None:
+        objective = parse_ratio(g.objective)
+        gate, label_text = b.gate(), None
+        if g.gateway is not None:
+            series = b.ref("goodput_gateway_ratio")
+            kept = (*labels, *(k for k, _ in const))
+            finished = q.sum_by(kept, b.rec.ref("finished"))
+            gate = f"and {q.on(kept)} {finished} >= {ctx.min_request_rate:g}"
+            label_text = labels_template(kept)
+        else:
+            series = b.ref("goodput_upper_ratio")
+        b.alert(
+            "VllmGoodputBelowObjective",
+            f"{series} < {objective:g} {gate}",
+            objective,
+            g.for_,
+            series,
+            "Goodput share",
+            label_text=label_text,
+        )
+
+
+def efficiency(b: Builder, cap: Capacity) -> None:
+    e = cap.efficiency
+    if not e.enabled:
+        return
+    ctx = b.ctx
+    w = ctx.window
+    for key in ("running", "waiting"):
+        metric = f"requests_{key}"
+        b.add(f"{key}_deriv", naming.record(metric, f"deriv{w}"), q.sum_by(ctx.group, f"deriv({ctx.raw(metric)}[{w}])"))
+    # arrivals = what finished + what piled up in the batch and the queue
+    arrivals = f"{b.rec.ref('finished')} + {b.ref('running_deriv')} + {b.ref('waiting_deriv')}"
+    b.add("arrivals", naming.record("request_arrivals", naming.rate_op("rate", w)), arrivals)
+    b.add(
+        "efficiency",
+        naming.record("system_efficiency", naming.rate_op("ratio", w)),
+        q.ratio(b.rec.ref("finished"), b.ref("arrivals")),
+    )
+    threshold = parse_ratio(e.warning)
+    series = b.ref("efficiency")
+    waiting = f"{b.rec.ref('waiting')} > 0"
+    b.alert(
+        "VllmSystemEfficiencyLow",
+        f"{series} < {threshold:g} {b.gate('arrivals')} and {q.on(ctx.group)} {waiting}",
+        threshold,
+        e.for_,
+        series,
+        "System efficiency",
+    )
+
+
+def baseline(b: Builder, d: Degradation) -> None:
+    ctx = b.ctx
+    p99 = b.rec.ref("ttft_quantile", P99)
+    smooth = b.add(
+        "ttft_p99_1h",
+        naming.record("ttft_seconds", naming.rate_op("quantile", ctx.window) + "_avg_over_time1h"),
+        f"avg_over_time({p99}[1h])",
+    )
+    now = ctx.recorded(smooth, P99)
+    b.add(
+        "ttft_vs_baseline",
+        naming.record("ttft_p99_vs_baseline", f"ratio_offset{d.baseline}"),
+        q.ratio(q.max_by(ctx.group, now), q.max_by(ctx.group, f"{now} offset {d.baseline}")),
+    )
+    series = b.ref("ttft_vs_baseline")
+    b.alert(
+        "VllmTtftDegradedVsBaseline",
+        f"{series} > {d.factor:g} {b.gate()}",
+        d.factor,
+        d.for_,
+        series,
+        "TTFT p99 against the baseline",
+        texts={"baseline": d.baseline},
+    )
+
+
+def headroom(b: Builder, cap: Capacity) -> None:
+    ctx = b.ctx
+    if cap.max_num_seqs is not None:
+        # max_num_seqs limits each engine (data-parallel rank): compare the fullest one
+        name = b.add("running_per_engine", naming.record("requests_running_per_engine", "max"), q.max_by(ctx.group, ctx.raw("requests_running")))
+        b.add(
+            "max_num_seqs_used",
+            naming.record("max_num_seqs_used", "ratio"),
+            f"{ctx.recorded(name)} / {cap.max_num_seqs}",
+        )
+        b.add(
+            "max_num_seqs_peak",
+            naming.record("max_num_seqs_used", "ratio_max_over_time1d"),
+            f"max_over_time({b.ref('max_num_seqs_used')}[1d])",
+        )
+    b.add(
+        "kv_peak",
+        naming.record("kv_cache_usage", "max_over_time1d"),
+        f"max_over_time({b.rec.ref('kv_cache_usage')}[1d])",
+    )
+    if ctx.has("cache_config_info"):
+        # cache_config_info carries no model_name: take it from the engine series of the same target
+        join = ("instance", "engine") if ctx.version >= ctx.catalog.engine_label_since else ("instance",)
+        pool = ("num_gpu_blocks", "block_size", "gpu_memory_utilization")
+        info = q.selector(ctx.metric("cache_config_info"), ctx.raw_matchers(process=True))
+        copied = [label for label in ctx.group if label not in join]
+        owner = f"group {q.by((*join, *copied))} ({ctx.raw('requests_running')})"
+        left = q.max_by((*join, *pool), info)
+        joined = f"{left} * {q.on(join)} group_left ({', '.join(copied)}) {owner}" if copied else f"{left} * {q.on(join)} {owner}"
+        b.add("kv_pool", naming.record("kv_cache_pool", "info"), q.max_by((*ctx.group, *pool), joined))
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    rules: tuple[RecordingRule | AlertRule, ...]
+    rows: tuple[Row, ...]  # shown after the system-throughput row
+    runbook: tuple[RunbookEntry, ...]
+    known: frozenset[str]  # raw series of other exporters the rules read
+    names: dict[str, str]  # recorded names of the recording and the capacity rules, by key
+    settings: Capacity
+    degradation: Degradation | None
+
+
+def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> CapacityPlan | None:
+    from genobs.plan.capacity_panels import goodput_row, headroom_row
+
+    spec = doc.spec
+    cap = settings(spec)
+    if cap is None:
+        return None
+    b = Builder(ctx, rec, base_url, team)
+    goodput(b, cap)
+    efficiency(b, cap)
+    deg = degradation(spec, cap)
+    if deg is not None:
+        baseline(b, deg)
+    headroom(b, cap)
+    names = {**rec.names, **b.names}
+    objective = parse_ratio(cap.goodput.objective) if cap.goodput and cap.goodput.objective is not None else None
+    eff = parse_ratio(cap.efficiency.warning) if cap.efficiency.enabled else None
+    rows = [goodput_row(ctx, names, objective, eff), headroom_row(ctx, names, cap.max_num_seqs, deg and deg.baseline)]
+    return CapacityPlan(
+        rules=(*b.rules, *b.alerts),
+        rows=tuple(r for r in rows if r is not None and r.panels),
+        runbook=runbook(b.alerts),
+        known=frozenset(b.known),
+        names=names,
+        settings=cap,
+        degradation=deg,
+    )
+
+
+def runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
+    signals = capacity_data()["signals"]
+    out: dict[str, RunbookEntry] = {}
+    for a in alerts:
+        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
+        if a.name in out:
+            e = out[a.name]
+            out[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})
+            continue
+        s = signals[a.signal]
+        out[a.name] = RunbookEntry(
+            alert=a.name,
+            anchor=naming.anchor(a.name),
+            signal=a.signal,
+            title=s["title"],
+            meaning=" ".join(s["meaning"].split()),
+            first_action=" ".join(s["first_action"].split()),
+            next_checks=tuple(s["next_checks"]),
+            severities=(sev,),
+            summary=a.summary,
+            query=a.query,
+            panel=a.panel,
+            expr=a.expr,
+        )
+    return tuple(out.values())
+
+
+def window_minutes(duration: str) -> int:
+    return int(prom_duration_seconds(duration) // 60)

@@ -1,0 +1,247 @@
+"""promtool unit tests of the capacity alerts: a healthy fleet on which none fires,
+and one fault per alert that makes it fire, with input series named and labelled
+as vLLM (and DCGM, kube-state-metrics) export them. The baseline alert compares
+with a week ago, so its test feeds the recorded TTFT p99 hour by hour instead of
+simulating a week of raw counters."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from prometheus_client.utils import floatToGoString
+
+from genobs import naming
+from genobs import promql as q
+from genobs.humanize import expand
+from genobs.plan.capacity import P99, CapacityPlan
+from genobs.plan.context import Context
+from genobs.plan.model import AlertRule, RuleGroup
+from genobs.plan.unittests_fleet import Identity, identity, per_minute
+from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
+
+EVAL = "1m"
+MARGIN = 3  # minutes past the rate window and `for`
+
+
+@dataclass(frozen=True)
+class State:
+    """Fleet-wide rates (per second) and gauges of the simulated fleet."""
+
+    finished: int  # finished requests/s, all with reason stop
+    ttft_ok: int  # of which within the goodput TTFT bound
+    tpot_ok: int  # of which within the goodput TPOT bound
+    gateway_good: int  # requests/s the gateway counts as within every SLO
+    waiting: int = 2
+    waiting_growth: float = 0.0  # waiting requests added per second over the fleet
+    running: int = 8
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={q.quote(v)}" for k, v in sorted(labels.items()))
+
+
+def _series(name: str, labels: dict[str, str], values: str) -> dict:
+    return {"series": f"{name}{{{_labels(labels)}}}", "values": values}
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x) == int(x) else repr(float(x))
+
+
+class _Gen:
+    def __init__(self, ctx: Context, cap: CapacityPlan, ident: Identity, minutes: int):
+        self.ctx, self.cap, self.ident, self.minutes = ctx, cap, ident, minutes
+
+    def engine(self, rank: str | None, **extra: str) -> dict[str, str]:
+        labels = dict(self.ident.engine)
+        if rank is not None:
+            labels["engine"] = rank
+        return {**labels, **extra}
+
+    def counter(self, per_second: float) -> str:
+        return f"0+{_num(per_minute(per_second, len(self.ident.ranks)))}x{self.minutes}"
+
+    def histogram(self, key: str, bound: float, ok: int, total: int) -> list[dict]:
+        """Requests within `bound` in its bucket, the others above every finite bucket."""
+        name = self.ctx.metric(key, "_bucket")
+        out = []
+        for upper in (*self.ctx.catalog.metric(key).buckets_for(self.ctx.version), math.inf):
+            count = total if math.isinf(upper) else (ok if upper >= bound - 1e-12 else 0)
+            for rank in self.ident.ranks:
+                out.append(_series(name, self.engine(rank, le=floatToGoString(upper)), self.counter(count)))
+        return out
+
+    def inputs(self, s: State) -> list[dict]:
+        ctx, out = self.ctx, []
+        n = len(self.ident.ranks)
+        for reason in ctx.catalog.reasons_for(ctx.version):
+            rate = s.finished if reason == "stop" else 0
+            for rank in self.ident.ranks:
+                out.append(
+                    _series(ctx.metric("request_success"), self.engine(rank, finished_reason=reason), self.counter(rate))
+                )
+        g = self.cap.settings.goodput
+        if g is not None and g.ttft is not None:
+            out += self.histogram("ttft", parse_seconds(g.ttft), s.ttft_ok, s.finished)
+        if g is not None and g.tpot is not None:
+            out += self.histogram("tpot", parse_seconds(g.tpot), s.tpot_ok, s.finished)
+        if g is not None and g.gateway is not None:
+            labels = dict(g.gateway.selector)
+            if "model_name" in ctx.variables:
+                labels["model_name"] = self.ident.engine["model_name"]
+            for name, rate in ((g.gateway.good, s.gateway_good), (g.gateway.total, s.finished)):
+                out.append(_series(name, labels, f"0+{_num(rate * 60)}x{self.minutes}"))
+        for key, value, growth in (("requests_running", s.running, 0.0), ("requests_waiting", s.waiting, s.waiting_growth)):
+            step = growth * 60 / n
+            for rank in self.ident.ranks:
+                sign = "-" if step < 0 else "+"
+                out.append(
+                    _series(ctx.metric(key), self.engine(rank), f"{_num(value / n)}{sign}{_num(abs(step))}x{self.minutes}")
+                )
+        return out
+
+
+def _expected(rule: AlertRule, labels: dict[str, str], value: float) -> dict:
+    return {
+        "exp_labels": dict(sorted({**labels, **dict(rule.labels)}.items())),
+        "exp_annotations": {
+            "summary": expand(rule.summary, labels, value),
+            "description": expand(rule.description, labels, value),
+            "runbook_url": expand(rule.runbook_url, labels, value),
+        },
+    }
+
+
+def _minutes(duration: str) -> int:
+    return math.ceil(prom_duration_seconds(duration) / 60) if duration else 0
+
+
+def _below(limit: float) -> int:
+    """k such that 1 / (1 + k) is below `limit` (0 < limit < 1)."""
+    return math.floor(1 / limit)
+
+
+def build_capacity_tests(
+    ctx: Context, cap: CapacityPlan, recording: RuleGroup, group: RuleGroup, spec_name: str
+) -> tuple[tuple[str, dict], ...]:
+    alerts = {r.name: r for r in group.rules if isinstance(r, AlertRule)}
+    if not alerts:
+        return ()
+    ident = identity(ctx)
+    assert ident is not None
+    labels = {k: ident.engine[k] for k in ctx.group}
+    window = _minutes(ctx.window)
+    # enough traffic for every gate, in round numbers
+    unit = 10 * max(1, math.ceil(ctx.min_request_rate * 2 / 10))
+    g = cap.settings.goodput
+    k_goodput = _below(parse_ratio(g.objective)) if g is not None and g.objective is not None else 1
+    finished = unit * (1 + k_goodput) * len(ident.ranks)
+    healthy = State(finished, finished, finished, finished)
+    faults: list[tuple[str, State, float, dict[str, str]]] = []  # alert, state, $value, labels
+    if "VllmSystemEfficiencyLow" in alerts:
+        k = _below(parse_ratio(cap.settings.efficiency.warning))
+        faults.append(("VllmSystemEfficiencyLow", replace(healthy, waiting_growth=finished * k), 1 / (1 + k), labels))
+    if "VllmGoodputBelowObjective" in alerts and g is not None:
+        good = finished // (1 + k_goodput)
+        fault = replace(healthy, ttft_ok=good) if g.ttft is not None else replace(healthy, tpot_ok=good)
+        fault_labels = labels
+        if g.gateway is not None:
+            fault = replace(healthy, gateway_good=good)
+            kept = [k for k in ctx.group if k == "model_name" or k in dict(ctx.selector)]
+            fault_labels = {k: labels[k] for k in kept}
+        faults.append(("VllmGoodputBelowObjective", fault, good / finished, fault_labels))
+    minutes = max([window + _minutes(alerts[name].for_) + MARGIN for name, *_ in faults] or [window + MARGIN])
+    gen = _Gen(ctx, cap, ident, minutes)
+    tests: list[dict] = []
+    healthy_group: dict = {
+        "name": "capacity: healthy fleet, no capacity alert fires",
+        "interval": EVAL,
+        "input_series": gen.inputs(healthy),
+        "alert_rule_test": [{"eval_time": f"{minutes}m", "alertname": n, "exp_alerts": []} for n in alerts],
+    }
+    exprs = []
+    for key in ("efficiency", "goodput_upper_ratio", "goodput_lower_ratio"):
+        if key in cap.names and key in {k for k, v in cap.names.items() if v in _recorded(group)}:
+            name = cap.names[key]
+            exprs.append(
+                {
+                    "expr": ctx.recorded(name),
+                    "eval_time": f"{minutes}m",
+                    "exp_samples": [{"labels": f"{name}{{{_labels(labels)}}}", "value": 1}],
+                }
+            )
+    if exprs:
+        healthy_group["promql_expr_test"] = exprs
+    tests.append(healthy_group)
+    for name, state, value, fault_labels in faults:
+        rule = alerts[name]
+        at = window + _minutes(rule.for_) + MARGIN
+        cases = []
+        if _minutes(rule.for_) >= 2:  # still pending just before `for` has passed
+            cases.append({"eval_time": f"{_minutes(rule.for_) - 1}m", "alertname": name, "exp_alerts": []})
+        cases.append({"eval_time": f"{at}m", "alertname": name, "exp_alerts": [_expected(rule, fault_labels, value)]})
+        tests.append(
+            {
+                "name": f"capacity fault: {name}",
+                "interval": EVAL,
+                "input_series": _Gen(ctx, cap, ident, at).inputs(state),
+                "alert_rule_test": cases,
+            }
+        )
+    files = [("capacity.test.yaml", _document(spec_name, (recording, group), tests))]
+    if "VllmTtftDegradedVsBaseline" in alerts and cap.degradation is not None:
+        files.append(("capacity-baseline.test.yaml", _baseline(ctx, cap, alerts["VllmTtftDegradedVsBaseline"], group, labels, spec_name)))
+    return tuple(files)
+
+
+def _recorded(group: RuleGroup) -> set[str]:
+    return {r.record for r in group.rules if not isinstance(r, AlertRule)}
+
+
+def _document(spec_name: str, groups: tuple[RuleGroup, ...], tests: list[dict], interval: str = EVAL) -> dict:
+    return {
+        "rule_files": [f"../{naming.rule_file(spec_name, g.name)}" for g in groups],
+        "evaluation_interval": interval,
+        "group_eval_order": [g.name for g in groups],
+        "tests": tests,
+    }
+
+
+def _baseline(ctx: Context, cap: CapacityPlan, rule: AlertRule, group: RuleGroup, labels: dict, spec_name: str) -> dict:
+    """Hourly recorded TTFT p99: steady for the baseline period, then (factor + 1) times higher."""
+    assert cap.degradation is not None
+    hours = round(prom_duration_seconds(cap.degradation.baseline) / 3600)
+    after = 30
+    p99 = cap.names["ttft_quantile"]
+    finished = cap.names["finished"]
+    rate = 10 * max(1, math.ceil(ctx.min_request_rate * 2 / 10))
+    factor = cap.degradation.factor
+    at = hours + after - 5
+    steady = {
+        "series": f"{p99}{{{_labels({**labels, 'quantile': '0.99'})}}}",
+        "values": f"0.5x{hours + after}",
+    }
+    traffic = {"series": f"{finished}{{{_labels(labels)}}}", "values": f"{rate}x{hours + after}"}
+    degraded = dict(steady, values=f"0.5x{hours} {_num(0.5 * (factor + 1))}x{after - 1}")
+    tests = [
+        {
+            "name": "capacity baseline: TTFT p99 steady for a week, no degradation",
+            "interval": "1h",
+            "input_series": [steady, traffic],
+            "alert_rule_test": [{"eval_time": f"{at}h", "alertname": rule.name, "exp_alerts": []}],
+        },
+        {
+            "name": f"capacity baseline: TTFT p99 {factor + 1:g}x the {cap.degradation.baseline} baseline",
+            "interval": "1h",
+            "input_series": [degraded, traffic],
+            "alert_rule_test": [
+                {"eval_time": f"{hours}h", "alertname": rule.name, "exp_alerts": []},
+                {"eval_time": f"{at}h", "alertname": rule.name, "exp_alerts": [_expected(rule, labels, factor + 1)]},
+            ],
+        },
+    ]
+    return _document(spec_name, (group,), tests, interval="1h")
+
+
+__all__ = ["build_capacity_tests", "P99"]
