@@ -43,8 +43,6 @@ def plan_families(
         wire = m.name_for(version)
         if wire is None or wire in seen or key in NOT_SIMULATED:
             continue
-        if m.unit == "info":  # config labels, not fleet state: the simulator has none to show
-            continue
         if key.startswith(SPEC_DECODE_PREFIX) and not speculative_decoding:
             continue
         if key.startswith(NIXL_PREFIX) and not disaggregated_prefill:
@@ -57,6 +55,24 @@ def plan_families(
 # The API server's HTTP middleware creates a status series only once it answers one, and
 # the simulator serves no HTTP traffic of its own: it exports no http_requests_total.
 NOT_SIMULATED = frozenset({"http_requests"})
+
+
+# vllm:cache_config_info's labels in a real vLLM 0.33 exposition (the label set changes between releases)
+CACHE_CONFIG = {
+    "_block_size_resolved": "True", "block_size": "16", "cache_dtype": "auto", "cache_hit_alignment_tokens": "None",
+    "effective_attention_block_size": "None", "enable_mamba_shared_prefix_checkpoint": "False",
+    "enable_prefix_caching": "True", "gpu_memory_utilization": "0.92", "hash_block_size": "None",
+    "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]", "kv_cache_layout": "None",
+    "kv_cache_max_concurrency": "None", "kv_cache_memory_bytes": "None", "kv_cache_size_tokens": "None",
+    "kv_offloading_backend": "native", "kv_offloading_size": "None", "kv_sharing_fast_prefill": "False",
+    "mamba_block_size": "None", "mamba_cache_dtype": "auto", "mamba_cache_mode": "none",
+    "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "float32", "num_cpu_blocks": "None",
+    "num_gpu_blocks": "None", "num_gpu_blocks_override": "None", "prefix_cache_retention_interval": "0",
+    "prefix_caching_hash_algo": "sha256", "prefix_match_unit": "None", "replayssm_buffer_len": "16",
+    "simple_cpu_offload_num_blocks": "None", "skip_page_size_padded": "None", "sliding_window": "None",
+    "swa_bounded_replay": "True", "use_kda_recoverssm": "False", "use_replayssm": "False",
+    "user_specified_block_size": "False",
+}
 
 
 class FleetCollector:
@@ -112,8 +128,20 @@ class FleetCollector:
     def _series_labels(self, s: SeriesState) -> list[str]:
         return [s.model, s.rank] if self.engine_label else [s.model]
 
+    def _info_family(self, f: Family) -> Metric:
+        """vllm:cache_config_info: value 1, the CacheConfig fields as labels (as vLLM 0.33 logs them at start;
+        num_gpu_blocks reads "None" there too), one series per engine, no model_name."""
+        names = (["engine"] if self.engine_label else []) + sorted(CACHE_CONFIG)
+        fam = GaugeMetricFamily(f.wire, f.metric.help, labels=names)
+        ranks = sorted({s.rank for s in self.fleet.series if s.rank is not None}) if self.engine_label else [None]
+        for rank in ranks:
+            fam.add_metric(([rank] if rank is not None else []) + [CACHE_CONFIG[k] for k in sorted(CACHE_CONFIG)], 1.0)
+        return fam
+
     def _family(self, f: Family) -> Metric:
         m = f.metric
+        if m.unit == "info":
+            return self._info_family(f)
         if len(m.labels) > 1:
             raise ValueError(f"simulator supports at most one extra label, {f.key} has {m.labels}")
         extra = m.labels[0] if m.labels else None
