@@ -12,7 +12,7 @@ from genobs import promql as q
 from genobs.units import prom_duration_seconds
 
 _MATCHER = re.compile(r"""\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^,]*?)\s*(?:,|$)""")
-_RELATIVE = re.compile(r"^now(?:-((?:\d+(?:ms|s|m|h|d|w))+))?$")
+_RELATIVE = re.compile(r"now(?:-((?:\d+(?:ms|s|m|h|d|w))+))?")
 MAX_RANGE_S = 90 * 86400.0  # a longer range reads months of raw samples for one table
 
 
@@ -67,7 +67,7 @@ def parse_selector(option: str, text: str) -> tuple[q.Matcher, ...]:
 def parse_time(option: str, text: str, now: float) -> float:
     """RFC 3339 (`2026-12-01T09:00:00Z`), unix seconds, `now` or `now-2h`."""
     t = text.strip()
-    rel = _RELATIVE.match(t)
+    rel = _RELATIVE.fullmatch(t)
     if rel:
         return now - (prom_duration_seconds(rel.group(1)) if rel.group(1) else 0.0)
     try:
