@@ -18,17 +18,17 @@ from genobs.errors import SpecError, printable
 # commands that live in heavier modules: name -> (module:attribute, one-line help)
 LAZY_COMMANDS = {
     "simulate": ("genobs.sim.cli:simulate", "Run a simulated vLLM /metrics exporter (demos and tests)."),
-    "init": ("genobs.scaffold:init", "Write a commented starting spec for a use case."),
+    "init": ("genobs.commands.scaffold:init", "Write a commented starting spec for a use case."),
     "explain": (
-        "genobs.explain:explain",
+        "genobs.commands.explain:explain",
         "Explain an alert or signal: PromQL, thresholds, first action.",
     ),
-    "check": ("genobs.check:check", "Fail when out/ is stale or hand-edited (CI, pre-commit)."),
+    "check": ("genobs.commands.check:check", "Fail when out/ is stale or hand-edited (CI, pre-commit)."),
     "scrape-config": (
-        "genobs.scrape_config:scrape_config",
+        "genobs.commands.scrape_config:scrape_config",
         "Print a Prometheus scrape job that keeps vLLM's ':' names.",
     ),
-    "doctor": ("genobs.doctor:doctor", "Check a live Prometheus for the vLLM series a spec needs."),
+    "doctor": ("genobs.commands.doctor:doctor", "Check a live Prometheus for the vLLM series a spec needs."),
     "benchmark": (
         "genobs.commands.benchmark:benchmark",
         "Judge benchmark exports (AIPerf, GuideLLM, vllm bench) by the spec's use-case KPIs.",

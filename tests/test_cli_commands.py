@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from genobs.build import render_spec
 from genobs.cli import main
-from genobs.scaffold import use_cases
+from genobs.commands.scaffold import use_cases
 from tests.conftest import REPO, SPECS
 
 HEAVY = ("grafanalib", "jinja2", "pydantic", "promql_parser")

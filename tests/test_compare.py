@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from genobs.cli import main
+from genobs.commands.scrape_config import relabel_configs
 from genobs.gates.sides import SideError, parse_range, parse_selector, parse_tolerance
-from genobs.scrape_config import relabel_configs
 from genobs.sim import Simulator
 from tests.e2e_support import PROMETHEUS, Prometheus, Target, free_port, poll, prometheus_config, stopping
 

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from genobs.cli import main
-from genobs.scrape_config import relabel_configs
+from genobs.commands.scrape_config import relabel_configs
 from genobs.sim import SCENARIOS, Simulator
 from tests.conftest import REPO
 from tests.e2e_support import (
@@ -539,7 +539,7 @@ def test_scrape_config_command_prints_relabel_snippet() -> None:
 def test_doctor_names_the_likely_cause_of_each_missing_metric() -> None:
     """Without a Prometheus: which hint each kind of absence gets."""
     from genobs.catalog import load_catalog
-    from genobs.doctor import classify
+    from genobs.commands.doctor import classify
 
     cat = load_catalog()
     running, nixl, rss = (

@@ -48,7 +48,7 @@ def _env(gates):
 
 
 def _values(url: str, queries, side, timeout: float) -> dict[str, float | None]:
-    from genobs.doctor import _api
+    from genobs.commands.doctor import _api
     from genobs.gates.promtable import scalar
 
     out = {}
@@ -61,7 +61,7 @@ def _values(url: str, queries, side, timeout: float) -> dict[str, float | None]:
 def _no_data(url: str, gates, env, side, timeout: float) -> None:
     """No finished request for a side: say which selector, where the series are, and doctor's hints."""
     from genobs import promql as q
-    from genobs.doctor import _TITLES, _api, diagnose, hint
+    from genobs.commands.doctor import _TITLES, _api, diagnose, hint
     from genobs.gates.sides import Side
 
     span = f"the {side.window} before {_when(side.at)}"
@@ -227,7 +227,7 @@ def compare(
     (`--baseline-time now-2h..now-1h --candidate-time now-1h..now`).
     """
     from genobs.cli import fail_spec
-    from genobs.doctor import PrometheusError
+    from genobs.commands.doctor import PrometheusError
     from genobs.errors import SpecError
     from genobs.gates.comparison import FAILING, judge, profile_warnings
     from genobs.gates.promtable import build_queries

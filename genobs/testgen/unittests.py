@@ -14,13 +14,13 @@ import promql_parser
 
 from genobs import naming
 from genobs import promql as q
-from genobs.humanize import expand
 from genobs.plan.context import Context
 from genobs.plan.liveness import replica_labels
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
 from genobs.plan.recording import Recorder
-from genobs.plan.unittests_fleet import Fleet, identity, input_series, quantile_of
-from genobs.plan.unittests_probes import (
+from genobs.testgen.humanize import expand
+from genobs.testgen.unittests_fleet import Fleet, identity, input_series, quantile_of
+from genobs.testgen.unittests_probes import (
     _COMPARE,
     PROBES,
     Env,
@@ -29,7 +29,7 @@ from genobs.plan.unittests_probes import (
     success_value,
     threshold,
 )
-from genobs.plan.unittests_slo import burn_rate, discover_slos, selectors, slo_fires, slo_probe, unavailable_probe
+from genobs.testgen.unittests_slo import burn_rate, discover_slos, selectors, slo_fires, slo_probe, unavailable_probe
 from genobs.units import prom_duration_seconds
 
 EVALUATION_INTERVAL = "1m"

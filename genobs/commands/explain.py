@@ -179,9 +179,9 @@ def explain_signal(signal: str, plan, spec_label: str) -> str:
 
 
 def default_plan():
+    from genobs.commands.scaffold import spec_text
     from genobs.loader import load_spec_text
     from genobs.plan import build_plan
-    from genobs.scaffold import spec_text
 
     return build_plan(load_spec_text(spec_text("chat", None, namespace=None), DEFAULT_SPEC_FILE))
 

@@ -5,28 +5,16 @@ error budget and the burn rates Prometheus then computes."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import promql_parser
 
 from genobs import naming
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
-from genobs.plan.unittests_fleet import Fleet, bounds, canonical, fleet_rate, observations
-from genobs.plan.unittests_probes import _COMPARE, Env, Probe
+from genobs.testgen.unittests_fleet import Fleet, bounds, canonical, fleet_rate, observations
+from genobs.testgen.unittests_probes import _COMPARE, Env, Probe, SloDef
 from genobs.units import prom_duration_seconds
-
-
-@dataclass(frozen=True)
-class SloDef:
-    """An SLO as its recording rules define it."""
-
-    name: str
-    key: str | None  # histogram of a latency SLI; None for the success SLI
-    threshold: float | None  # latency bound (a bucket boundary)
-    bad: tuple[str, ...]  # finish reasons counted as errors (success SLI)
-    budget: float  # the error budget the burn-rate rules divide by
-    shortest: str  # the shortest burn-rate window
 
 
 def selectors(node) -> list:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from genobs.plan.alerts import LATENCY_ALERTS
 from genobs.plan.context import Context
 from genobs.plan.liveness import failed_reasons
 from genobs.plan.model import AlertRule
-from genobs.plan.unittests_fleet import (
+from genobs.testgen.unittests_fleet import (
     FIXED_RATES,
     REQUESTS,
     RSS_AT_EVAL,
@@ -33,8 +32,18 @@ from genobs.plan.unittests_fleet import (
     quantile_of,
 )
 
-if TYPE_CHECKING:
-    from genobs.plan.unittests_slo import SloDef
+
+@dataclass(frozen=True)
+class SloDef:
+    """An SLO as its recording rules define it."""
+
+    name: str
+    key: str | None  # histogram of a latency SLI; None for the success SLI
+    threshold: float | None  # latency bound (a bucket boundary)
+    bad: tuple[str, ...]  # finish reasons counted as errors (success SLI)
+    budget: float  # the error budget the burn-rate rules divide by
+    shortest: str  # the shortest burn-rate window
+
 
 # output speeds (tok/s/user) the fleet can show exactly (TOKENS / speed and REQUESTS / speed are short binary fractions)
 SPEEDS = (1000, 500, 400, 250, 200, 125, 100, 80, 50, 40, 25, 20, 16, 10, 8, 5, 4, 2, 1, 0.5, 0.25, 0.125)
