@@ -14,9 +14,9 @@ import click
 
 from genobs import promql as q
 from genobs.catalog import Catalog, format_version, load_catalog
+from genobs.commands.scrape_config import colon_prefix, underscore_prefix
 from genobs.errors import printable
 from genobs.promhttp import PrometheusError, api, check_timeout, check_url
-from genobs.commands.scrape_config import colon_prefix, underscore_prefix
 
 DEFAULT_URL = "http://localhost:9090"
 

@@ -18,7 +18,6 @@ from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_ro
 from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry, Severity
 from genobs.plan.recording import build_recording
-from genobs.testgen import unittests
 from genobs.units import format_seconds
 
 _LINE_COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
@@ -262,7 +261,10 @@ def build_plan(doc: SpecDocument) -> Plan:
     if slos.rules:
         groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
     cap = capacity.build(doc, ctx, rec, base_url, spec.team)
-    unit_tests, notes = unittests.build_unit_tests(ctx, rec, groups, spec.name)
+    # the next stage, imported here so genobs.testgen can use plan modules without a cycle
+    from genobs.testgen.unittests import build_unit_tests
+
+    unit_tests, notes = build_unit_tests(ctx, rec, groups, spec.name)
     if cap is not None:
         from genobs.plan.capacity_tests import build_capacity_tests
 

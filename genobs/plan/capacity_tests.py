@@ -13,11 +13,11 @@ from prometheus_client.utils import floatToGoString
 
 from genobs import naming
 from genobs import promql as q
-from genobs.humanize import expand
 from genobs.plan.capacity import P99, CapacityPlan
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RuleGroup
-from genobs.plan.unittests_fleet import Identity, identity, per_minute
+from genobs.testgen.humanize import expand
+from genobs.testgen.unittests_fleet import Identity, identity, per_minute
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
 
 EVAL = "1m"
