@@ -210,6 +210,14 @@ class _Model(BaseModel):
 from genobs.spec_capacity import Capacity  # noqa: E402
 
 
+class Roles(_Model):
+    """Disaggregated prefill/decode: the target label that tells the two pools apart."""
+
+    label: LabelName = Field(description="Label naming the pool of a pod, e.g. role.")
+    prefill: SafeValue = Field(description="Value of `label` on prefill pods, e.g. prefill.")
+    decode: SafeValue = Field(description="Value of `label` on decode pods, e.g. decode.")
+
+
 class Service(_Model):
     engine: Literal["vllm"] = Field("vllm", description="Serving engine.")
     engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
@@ -225,6 +233,11 @@ class Service(_Model):
     )
     models: list[SafeValue] = Field(
         default_factory=list, description="Served model names to watch; empty = every model behind the selector."
+    )
+    roles: Roles | None = Field(
+        None,
+        description="Prefill/decode pools (required with features.disaggregated_prefill): user-facing "
+        "signals read the decode pool only, prefill gets its own latency view.",
     )
     metric_names: Literal["colon", "underscore"] = Field(
         "colon",

@@ -68,6 +68,7 @@ service:
   engine_version: "0.13.0"
   selector: {namespace: a, job: b, cluster: c}
   models: [m.x, "y"]
+  roles: {label: role, prefill: p, decode: d}
 features: {disaggregated_prefill: true}
 slos:
   - {name: e2e, sli: e2e, threshold: 120s, objective: 90%}

@@ -53,9 +53,11 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
             )
             return None
     features = {name for name, on in spec.features.model_dump().items() if on is True}
+    unavailable = set()
     for feature in sorted(features):
         keys, what = _FEATURE_NEEDS[feature]
         if not any(catalog.name(k, version) for k in keys):
+            unavailable.add(feature)
             ranges = "; ".join(catalog.metric(k).versions_text() for k in keys)
             problems.append(
                 doc.problem(
@@ -63,6 +65,24 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
                     f"vLLM {format_version(version)} exports no {what}; {feature} needs a version where they exist ({ranges})",
                 )
             )
+    roles = spec.service.roles
+    if "disaggregated_prefill" in features - unavailable and roles is None:
+        problems.append(
+            doc.problem(
+                ("features", "disaggregated_prefill"),
+                "disaggregated prefill/decode needs service.roles: {label: <label>, prefill: <value>, "
+                "decode: <value>}; prefill legs run with max_tokens=1 and finish as length, so "
+                "finish-reason alerts and user-facing SLIs must read the decode pods only",
+            )
+        )
+    elif roles is not None and roles.prefill == roles.decode:
+        problems.append(doc.problem(("service", "roles", "decode"), "prefill and decode must be different values"))
+    elif roles is not None and roles.label in spec.service.selector:
+        problems.append(
+            doc.problem(
+                ("service", "roles", "label"), f"{roles.label!r} is fixed by service.selector; the pools cannot differ"
+            )
+        )
     group = list(spec.service.group_by)
     group += [k for k in spec.service.selector if k not in group]
     return Context(
@@ -76,6 +96,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         window=spec.rate_window,
         min_request_rate=spec.service.min_request_rate,
         features=frozenset(features),
+        roles=(roles.label, roles.prefill, roles.decode) if roles is not None else None,
     )
 
 

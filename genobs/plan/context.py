@@ -9,6 +9,10 @@ from genobs import naming
 from genobs import promql as q
 from genobs.catalog import Catalog, Version, format_version
 
+# What a user sees of a request lives on the decode pool of a disaggregated fleet: prefill
+# legs run with max_tokens=1 (finish `length`) and would count every request twice.
+USER_FACING = frozenset({"request_success", "ttft", "itl", "tpot", "e2e", "generation_length", "decode_time"})
+
 
 @dataclass(frozen=True)
 class Context:
@@ -22,6 +26,7 @@ class Context:
     window: str
     min_request_rate: float
     features: frozenset[str]
+    roles: tuple[str, str, str] | None = None  # (label, prefill value, decode value)
 
     @property
     def version_text(self) -> str:
@@ -72,7 +77,17 @@ class Context:
         )
 
     # --- building blocks --------------------------------------------------
-    def raw(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
+    def role(self, which: str) -> tuple[q.Matcher, ...]:
+        """Matcher for one pool ("prefill" or "decode"); none when the fleet is not disaggregated."""
+        if self.roles is None or "disaggregated_prefill" not in self.features:
+            return ()
+        label, prefill, decode = self.roles
+        return ((label, "=", prefill if which == "prefill" else decode),)
+
+    def raw(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = (), all_roles: bool = False) -> str:
+        """Raw selector; user-facing series read the decode pool unless `all_roles`."""
+        if key in USER_FACING and not all_roles and not any(m[0] == (self.roles or ("",))[0] for m in extra):
+            extra = self.role("decode") + extra
         return q.selector(self.metric(key, suffix), self.raw_matchers(self.is_process(key)) + extra)
 
     def up(self) -> str:

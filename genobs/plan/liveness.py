@@ -107,7 +107,8 @@ def record_liveness(r: Recorder) -> None:
     r.add("replica_active", "replica_requests_active", "sum", active)
     tokens = q.sum_by(rl, ctx.rate("generation_tokens"))
     # V0 creates a finished_reason series only once seen: no series means no finished request
-    finished = f"({q.sum_by(rl, ctx.rate('request_success'))} or {tokens} * 0)"
+    # every pool finishes requests (prefill legs as `length`): a replica's liveness reads all
+    finished = f"({q.sum_by(rl, q.rate(ctx.raw('request_success', all_roles=True), ctx.window))} or {tokens} * 0)"
     r.add("replica_progress", "replica_progress", "rate", f"{tokens} + {finished}")
     hung = hung_replicas(r)
     replicas = f"count {q.by(ctx.group)} ({r.ref('replica_active')})"

@@ -72,6 +72,9 @@ def identity(ctx: Context, foreign: bool = False) -> Identity | None:
     engine.setdefault("instance", instance)
     for label in (*ctx.group, *ctx.process_group):
         engine.setdefault(label, f"{label}-a")
+    # a disaggregated fixture fleet is its decode pool: the pool user-facing signals read
+    for label, _, value in ctx.role("decode"):
+        engine[label] = value
     # process series carry no model_name, unless the selector itself requires one
     process = {k: v for k, v in engine.items() if k != "model_name" or k in labels}
     ranks: tuple[str | None, ...] = ("0", "1") if ctx.version >= ctx.catalog.engine_label_since else (None,)
