@@ -60,6 +60,11 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
         options = KubernetesOptions(namespace=k8s.namespace, labels=dict(k8s.labels), folder=plan.dashboard.folder)
         for rel, data in kubernetes_files(plan.name, files, options).items():
             files[f"kubernetes/{rel}"] = data
+        if k8s.autoscaling is not None:
+            from genobs.render.autoscaling import autoscaling_files
+
+            for rel, data in autoscaling_files(doc.spec, lambda d: dump_yaml(d, plan.name)).items():
+                files[f"kubernetes/{rel}"] = data
     return Output(plan.name, str(path), files, plan.warnings)
 
 

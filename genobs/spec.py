@@ -207,7 +207,7 @@ class _Model(BaseModel):
 
 
 # capacity models use the types above (imported here, after their definition)
-from genobs.spec_capacity import Capacity  # noqa: E402
+from genobs.spec_capacity import Autoscaling, Capacity  # noqa: E402
 
 
 class Roles(_Model):
@@ -384,6 +384,11 @@ class Kubernetes(_Model):
     labels: Annotated[dict[str, str], AfterValidator(_k8s_labels)] = Field(
         default_factory=dict,
         description="Labels on both objects, e.g. {release: kube-prometheus-stack} for the operator's ruleSelector.",
+    )
+    autoscaling: Autoscaling | None = Field(
+        None,
+        description="Scale vLLM on waiting requests: prometheus-adapter rules, an autoscaling/v2 HPA and a KEDA "
+        "ScaledObject under kubernetes/ (written with the Kubernetes output).",
     )
 
     @field_validator("namespace")

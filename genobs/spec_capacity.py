@@ -120,7 +120,7 @@ class Autoscaling(Model):
     min_replicas: int = Field(1, ge=1, le=10_000, description="Fewest replicas.")
     max_replicas: int = Field(ge=1, le=10_000, description="Most replicas.")
     target_waiting_per_replica: float = Field(
-        5, gt=0, le=1_000_000, description="Waiting requests per replica the autoscaler aims for."
+        5, ge=0.001, le=1_000_000, description="Waiting requests per replica the autoscaler aims for (0.001 or more)."
     )
     metric: Literal["pods", "external"] = Field(
         "pods", description="HPA metric type: pods (waiting per pod) or external (waiting per model)."
@@ -128,9 +128,8 @@ class Autoscaling(Model):
     prometheus_url: str = Field(
         "http://prometheus-operated.monitoring.svc:9090", description="Prometheus the KEDA trigger queries."
     )
-    scale_down_window: PromDuration = Field("10m", description="Scale-down stabilisation window (model loads are slow).")
-    kube_state_metrics: bool = Field(
-        False, description="kube-state-metrics exports HPA series: alert when the autoscaler is at max while the queue grows."
+    scale_down_window: PromDuration = Field(
+        "10m", description="Scale-down stabilisation window (model loads are slow), at most 1h (the HPA's limit)."
     )
 
     @field_validator("prometheus_url")

@@ -47,6 +47,22 @@ def degradation(spec, cap: Capacity) -> Degradation | None:
 def validate(doc, ctx: Context, report) -> None:
     """Goodput bounds must be bucket boundaries of the version's histograms; report(path, message)."""
     spec = doc.spec
+    auto = spec.kubernetes.autoscaling
+    if auto is not None:
+        path = ("kubernetes", "autoscaling")
+        if auto.min_replicas > auto.max_replicas:
+            report((*path, "min_replicas"), f"min_replicas ({auto.min_replicas}) exceeds max_replicas ({auto.max_replicas})")
+        if auto.metric == "external" and len(spec.service.models) != 1:
+            report((*path, "metric"), "an external (per-model) metric needs exactly one model in service.models")
+        if prom_duration_seconds(auto.scale_down_window) > 3600:
+            report((*path, "scale_down_window"), "at most 1h: the HPA's stabilizationWindowSeconds is limited to 3600")
+        ns = spec.service.selector.get("namespace")
+        if ns is not None and ns != auto.target.namespace:
+            report(
+                (*path, "target", "namespace"),
+                f"{auto.target.namespace!r} differs from service.selector.namespace {ns!r}: the HPA must run where "
+                "the vLLM pods are",
+            )
     cap = spec.capacity
     if cap is not None and cap.goodput is not None:
         g = cap.goodput
