@@ -128,6 +128,12 @@ class Autoscaling(Model):
     prometheus_url: str = Field(
         "http://prometheus-operated.monitoring.svc:9090", description="Prometheus the KEDA trigger queries."
     )
+    kube_state_metrics: bool = Field(
+        False,
+        description="kube-state-metrics exports the HPA's replica counts: alert when the autoscaler is at its maximum "
+        "while waiting requests grow (needs the capacity signals: a capacity block or use_case capacity).",
+    )
+    for_: PendingDuration = Field("10m", alias="for", description="Pending duration of the at-max alert.")
     scale_down_window: PromDuration = Field(
         "10m", description="Scale-down stabilisation window (model loads are slow), at most 1h (the HPA's limit)."
     )

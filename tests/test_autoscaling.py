@@ -218,3 +218,39 @@ def test_autoscaling_settings_are_checked(models, ns, lo, hi, metric, window, ex
     problems = [f"{p.field}: {p.message}" for p in exc.value.problems]
     assert any(p.startswith(expected) for p in problems), problems
     assert all(p.line is not None for p in exc.value.problems)
+
+
+def test_at_max_alert_reads_kube_state_metrics_and_the_queue():
+    files = render_spec(SPEC).files
+    groups = yaml.safe_load(files["prometheus/capacity.rules.yaml"])["groups"]
+    (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == "VllmAutoscalerAtMaxReplicas"]
+    expr = promql_parser.parse(rule["expr"])
+    assert isinstance(expr, promql_parser.BinaryExpr) and expr.op == "and"
+    for name in (
+        "kube_horizontalpodautoscaler_status_current_replicas",
+        "kube_horizontalpodautoscaler_spec_max_replicas",
+    ):
+        assert (
+            f'{name}{{namespace="llm-prod",horizontalpodautoscaler=~"genobs-capacity|keda-hpa-genobs-capacity"}}'
+            in rule["expr"]
+        )
+    assert "deriv(vllm:num_requests_waiting{" in rule["expr"] and rule["for"] == "10m"
+    tests = yaml.safe_load(files["prometheus/tests/capacity.test.yaml"])["tests"]
+    cases = [
+        (t["name"], c) for t in tests for c in t["alert_rule_test"] if c["alertname"] == "VllmAutoscalerAtMaxReplicas"
+    ]
+    assert any(c["exp_alerts"] for _, c in cases)  # fires
+    assert sum(1 for _, c in cases if not c["exp_alerts"]) >= 2  # at max with a steady queue; below max
+    assert (
+        "#### VllmAutoscalerAtMaxReplicas" in files["RUNBOOK.md"].decode()
+        or "vllmautoscaleratmaxreplicas" in files["RUNBOOK.md"].decode().lower()
+    )
+
+
+def test_at_max_alert_needs_the_capacity_signals():
+    text = SPEC_TEXT.format(models="m", ns="llm", lo=1, hi=2, metric="pods", window="10m").replace(
+        "scale_down_window: 10m}", "scale_down_window: 10m, kube_state_metrics: true}"
+    )
+    with pytest.raises(SpecError) as exc:
+        build_plan(load_spec_text(text, "a.yaml"))
+    assert any(p.field == "kubernetes.autoscaling.kube_state_metrics" for p in exc.value.problems)

@@ -18,7 +18,7 @@ from genobs.plan.alerts import format_threshold, labels_template
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, Row, RunbookEntry, Severity
 from genobs.plan.recording import Recorder
-from genobs.spec_capacity import Capacity, Degradation
+from genobs.spec_capacity import Autoscaling, Capacity, Degradation
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
 
 BAD_REASONS = ("abort", "error")  # finishes that do not count as served (the availability SLO's default)
@@ -56,6 +56,8 @@ def validate(doc, ctx: Context, report) -> None:
             report((*path, "metric"), "an external (per-model) metric needs exactly one model in service.models")
         if prom_duration_seconds(auto.scale_down_window) > 3600:
             report((*path, "scale_down_window"), "at most 1h: the HPA's stabilizationWindowSeconds is limited to 3600")
+        if auto.kube_state_metrics and settings(spec) is None:
+            report((*path, "kube_state_metrics"), "the at-max alert is a capacity signal: add a capacity block")
         ns = spec.service.selector.get("namespace")
         if ns is not None and ns != auto.target.namespace:
             report(
@@ -354,6 +356,8 @@ class CapacityPlan:
     names: dict[str, str]  # recorded names of the recording and the capacity rules, by key
     settings: Capacity
     degradation: Degradation | None
+    autoscaling: Autoscaling | None = None  # with the kube-state-metrics at-max alert
+    hpa: str = ""  # the HPA's name
 
 
 def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> CapacityPlan | None:
@@ -370,6 +374,11 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
     if deg is not None:
         baseline(b, deg)
     headroom(b, cap)
+    auto = spec.kubernetes.autoscaling if spec.kubernetes.autoscaling and spec.kubernetes.autoscaling.kube_state_metrics else None
+    if auto is not None:
+        from genobs.plan.capacity_autoscaling import autoscaler
+
+        autoscaler(b, auto, spec.name)
     names = {**rec.names, **b.names}
     objective = parse_ratio(cap.goodput.objective) if cap.goodput and cap.goodput.objective is not None else None
     eff = parse_ratio(cap.efficiency.warning) if cap.efficiency.enabled else None
@@ -382,6 +391,8 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
         names=names,
         settings=cap,
         degradation=deg,
+        autoscaling=auto,
+        hpa=f"genobs-{spec.name}",
     )
 
 

@@ -35,6 +35,7 @@ class State:
     waiting: int = 2
     waiting_growth: float = 0.0  # waiting requests added per second over the fleet
     running: int = 8
+    hpa: tuple[int, int] = (1, 1)  # kube-state-metrics: current and max replicas
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -99,6 +100,15 @@ class _Gen:
                 out.append(
                     _series(ctx.metric(key), self.engine(rank), f"{_num(value / n)}{sign}{_num(abs(step))}x{self.minutes}")
                 )
+        auto = self.cap.autoscaling
+        if auto is not None:
+            hpa = {"namespace": auto.target.namespace, "horizontalpodautoscaler": self.cap.hpa}
+            ksm = {**hpa, "job": "kube-state-metrics", "instance": "10.0.6.1:8080"}
+            for name, value in zip(
+                ("kube_horizontalpodautoscaler_status_current_replicas", "kube_horizontalpodautoscaler_spec_max_replicas"),
+                s.hpa,
+            ):
+                out.append(_series(name, ksm, f"{value}x{self.minutes}"))
         return out
 
 
@@ -138,7 +148,13 @@ def build_capacity_tests(
     k_goodput = _below(parse_ratio(g.objective)) if g is not None and g.objective is not None else 1
     finished = unit * (1 + k_goodput) * len(ident.ranks)
     healthy = State(finished, finished, finished, finished)
+    auto = cap.autoscaling
+    if auto is not None:  # healthy includes: at its maximum while the queue holds steady
+        healthy = replace(healthy, hpa=(auto.max_replicas, auto.max_replicas))
     faults: list[tuple[str, State, float, dict[str, str]]] = []  # alert, state, $value, labels
+    if "VllmAutoscalerAtMaxReplicas" in alerts and auto is not None:
+        hpa = {"namespace": auto.target.namespace, "horizontalpodautoscaler": cap.hpa}
+        faults.append(("VllmAutoscalerAtMaxReplicas", replace(healthy, waiting_growth=1), auto.max_replicas, hpa))
     if "VllmSystemEfficiencyLow" in alerts:
         k = _below(parse_ratio(cap.settings.efficiency.warning))
         faults.append(("VllmSystemEfficiencyLow", replace(healthy, waiting_growth=finished * k), 1 / (1 + k), labels))
@@ -187,6 +203,17 @@ def build_capacity_tests(
                 "interval": EVAL,
                 "input_series": _Gen(ctx, cap, ident, at).inputs(state),
                 "alert_rule_test": cases,
+            }
+        )
+    if "VllmAutoscalerAtMaxReplicas" in alerts and auto is not None and auto.max_replicas >= 2:
+        below = replace(healthy, waiting_growth=1, hpa=(auto.max_replicas - 1, auto.max_replicas))
+        at = window + _minutes(alerts["VllmAutoscalerAtMaxReplicas"].for_) + MARGIN
+        tests.append(
+            {
+                "name": "capacity: the queue grows below the autoscaler's maximum, VllmAutoscalerAtMaxReplicas silent",
+                "interval": EVAL,
+                "input_series": _Gen(ctx, cap, ident, at).inputs(below),
+                "alert_rule_test": [{"eval_time": f"{at}m", "alertname": "VllmAutoscalerAtMaxReplicas", "exp_alerts": []}],
             }
         )
     files = [("capacity.test.yaml", _document(spec_name, (recording, group), tests))]
