@@ -165,7 +165,12 @@ def test_generated_capacity_tests_cover_every_capacity_alert():
     out = render_spec(SPEC)
     names = {a["alert"] for g in yaml.safe_load(out.files["prometheus/capacity.rules.yaml"])["groups"]
              for a in g["rules"] if "alert" in a}
-    assert names == {"VllmGoodputBelowObjective", "VllmSystemEfficiencyLow", "VllmTtftDegradedVsBaseline"}
+    assert names == {
+        "VllmGoodputBelowObjective",
+        "VllmSystemEfficiencyLow",
+        "VllmTtftDegradedVsBaseline",
+        "VllmAutoscalerAtMaxReplicas",
+    }
     fired = set()
     for rel in ("prometheus/tests/capacity.test.yaml", "prometheus/tests/capacity-baseline.test.yaml"):
         for group in yaml.safe_load(out.files[rel])["tests"]:
