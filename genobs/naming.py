@@ -24,8 +24,9 @@ def group(spec_name: str, part: str) -> str:
 
 
 def rule_file(spec_name: str, group_name: str) -> str:
-    """Rule group genobs-<spec>-<part> is written to <part>.rules.yaml."""
-    return f"{group_name.removeprefix(group(spec_name, ''))}.rules.yaml"
+    """Rule group genobs-<spec>-<part> is written to <part>.rules.yaml; a slower companion
+    group genobs-<spec>-<part>-long (long SLO windows) shares its file."""
+    return f"{group_name.removeprefix(group(spec_name, '')).removesuffix('-long')}.rules.yaml"
 
 
 def anchor(title: str) -> str:

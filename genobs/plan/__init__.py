@@ -274,13 +274,17 @@ def build_plan(doc: SpecDocument) -> Plan:
     rec = build_recording(ctx)
     base_url = spec.runbook.base_url or "RUNBOOK.md"
     alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(resolved)
-    slos = slo.build_slos(doc, ctx, base_url, spec.team)
+    buckets = {k[: -len("_buckets")]: v for k, v in rec.names.items() if k.endswith("_buckets")}
+    slos = slo.build_slos(doc, ctx, base_url, spec.team, buckets)
     groups = (
         RuleGroup(naming.group(spec.name, "recording"), spec.evaluation_interval, tuple(rec.rules)),
         RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),
     )
     if slos.rules:
         groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
+    if slos.long_rules:
+        interval = slo.long_interval(spec.evaluation_interval)
+        groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, slos.long_rules),)
     cap = capacity.build(doc, ctx, rec, base_url, spec.team)
     # the next stage, imported here so genobs.testgen can use plan modules without a cycle
     from genobs.testgen.unittests import build_unit_tests

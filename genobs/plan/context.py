@@ -106,6 +106,12 @@ class Context:
     def recorded(self, name: str, extra: tuple[q.Matcher, ...] = (), process: bool = False) -> str:
         return q.selector(name, self.recorded_matchers(process) + extra)
 
+    def slo_recorded(self, name: str, slo: str) -> str:
+        """An SLO's own recorded series: its base window already selected the spec's models, so
+        the selector labels and the `slo` label pick it out without repeating the model list."""
+        out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector if k in self.group]
+        return q.selector(name, (*out, ("slo", "=", slo)))
+
     def rec(self, subject: str, operation: str) -> str:
         """Name of a windowed recorded series, e.g. genobs:ttft_seconds:quantile_rate5m."""
         return naming.record(subject, naming.rate_op(operation, self.window))

@@ -22,6 +22,8 @@ LATENCIES = {
     "decode_time": "decode_time_seconds",
     "nixl_xfer_time": "nixl_xfer_time_seconds",
 }
+# histograms only the E2E decomposition reads (as means): no bucket rate is recorded for them
+MEAN_ONLY = frozenset({"prefill_time", "decode_time"})
 
 
 class Recorder:
@@ -38,6 +40,10 @@ class Recorder:
         self.rules.append(RecordingRule(record=name, expr=expr, labels=labels))
         self.names[key] = name
         return name
+
+    def count(self, key: str) -> str:
+        """Observations per second of a histogram, from its recorded bucket rate (le="+Inf")."""
+        return q.sum_by(self.ctx.group, self.ref(f"{key}_buckets", (("le", "=", "+Inf"),)))
 
     def ref(self, key: str, extra: tuple = ()) -> str:
         """Selector for an already recorded series, restricted to this spec."""
@@ -69,24 +75,32 @@ def _requests(r: Recorder) -> None:
 
 
 def _latencies(r: Recorder) -> None:
+    """Each latency histogram's buckets are read from the raw series once, as one recorded
+    bucket rate per grouping; every quantile, mean and SLO good-event count derives from it.
+    Prefill and decode time feed only the E2E decomposition: their means, no buckets."""
     ctx = r.ctx
+    g = ctx.group
     for key, subject in LATENCIES.items():
         if key == "nixl_xfer_time" and "disaggregated_prefill" not in ctx.features:
             continue
         if not ctx.has(key):
             continue
-        buckets = ctx.rate(key, "_bucket")
+        if key in MEAN_ONLY:
+            r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), ctx.sum_rate(key, "_count")))
+            continue
+        r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
+        buckets = r.ref(f"{key}_buckets")
         for quant in QUANTILES:
             r.rules.append(
                 RecordingRule(
                     record=ctx.rec(subject, "quantile"),
                     # a histogram without observations gives NaN; ">= 0" drops it
-                    expr=f"{q.quantile(quant, ctx.group, buckets)} >= 0",
+                    expr=f"histogram_quantile({quant:g}, {buckets}) >= 0",
                     labels=(("quantile", f"{quant:g}"),),
                 )
             )
         r.names[f"{key}_quantile"] = ctx.rec(subject, "quantile")
-        r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), ctx.sum_rate(key, "_count")))
+        r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), r.count(key)))
 
 
 def _tokens(r: Recorder) -> None:
@@ -101,9 +115,15 @@ def _tokens(r: Recorder) -> None:
         ("generation_length", "generation_tokens_per_request"),
     ):
         r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
-        r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), ctx.sum_rate(key, "_count")))
+    # the mean generated length feeds the modelled E2E; nothing reads a mean prompt length
+    r.add(
+        "generation_length_mean",
+        "generation_tokens_per_request",
+        "mean",
+        q.ratio(ctx.sum_rate("generation_length", "_sum"), r.count("generation_length")),
+    )
     # per-user speeds: tokens per second one request stream sees (tok/s/user)
-    r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", output_speed(ctx))
+    r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", output_speed(r))
     r.add(
         "prefill_speed_per_user",
         "prefill_speed_per_user",
@@ -112,13 +132,14 @@ def _tokens(r: Recorder) -> None:
     )
 
 
-def output_speed(ctx: Context) -> str:
+def output_speed(r: Recorder) -> str:
     """Per-user output speed from per-request series, never from the inter-token histogram: that
     one observes engine steps, and with speculative decoding a step emits 1 + accepted tokens, so
     1 / mean ITL undercounts what users get by the mean acceptance length."""
+    ctx = r.ctx
     if ctx.version >= ctx.catalog.per_request_tpot_since:
         # 1 / mean TPOT; TPOT = decode time / (generated tokens - 1), one observation per request
-        return q.ratio(ctx.sum_rate("tpot", "_count"), ctx.sum_rate("tpot", "_sum"))
+        return q.ratio(r.count("tpot"), ctx.sum_rate("tpot", "_sum"))
     # older releases: tokens after the first over decode time, both observed once per request
     decoded = f"{ctx.sum_rate('generation_length', '_sum')} - {ctx.sum_rate('generation_length', '_count')}"
     return q.ratio(decoded, ctx.sum_rate("decode_time", "_sum"))

@@ -51,6 +51,7 @@ class SloPlan:
     rules: tuple[RecordingRule | AlertRule, ...]
     rows: tuple[Row, ...]
     runbook: tuple[dict, ...]
+    long_rules: tuple[RecordingRule | AlertRule, ...] = ()  # evaluated at long_interval()
 
 
 def _nearest(bounds: tuple[float, ...], value: float) -> str:
@@ -139,8 +140,71 @@ def _windows(slo) -> list[str]:
     return sorted(found, key=prom_duration_seconds)
 
 
-def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
+# Windows from a day up are "long": recorded in their own group at a longer interval,
+# unless a paging (critical) row reads one of them.
+LONG_WINDOW_SECONDS = 86400
+LONG_INTERVAL_CAP_SECONDS = 120
+
+
+def long_interval(evaluation_interval: str) -> str:
+    """Interval of the long-window group: 4x the spec's, at most 2m (never shorter than the
+    spec's). 2m keeps each recorded sample well inside Prometheus' 5m lookback, so alerts
+    reading it from a faster group never see a gap."""
+    base = prom_duration_seconds(evaluation_interval)
+    return _duration(max(base, min(4 * base, LONG_INTERVAL_CAP_SECONDS)))
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _is_long(window: str, table: list[dict]) -> bool:
+    paging = {r["long"] for r in table if r["severity"] == "critical"} | {
+        r["short"] for r in table if r["severity"] == "critical"
+    }
+    return prom_duration_seconds(window) >= LONG_WINDOW_SECONDS and window not in paging
+
+
+def _derived(
+    own, base: str, w: str, tag: tuple, subjects: tuple[str, ...] = ("slo_requests", "slo_errors")
+) -> list[RecordingRule]:
+    """Request and error rates over window `w` from the recorded base-window rates.
+
+    avg_over_time of the base rate over w - base covers w, but a base-window rate sees a
+    change only gradually, so the newest base window is counted once more:
+    (k * avg_over_time(base rate[w - base]) + base rate now) / (k + 1), k = (w - base) / base.
+    In steady traffic this is the rate over w; after a step change it is never below the
+    raw rate over w (the newest base window weighs between 1 and 2), so no alert on w fires
+    later than on raw counters."""
+    k = (prom_duration_seconds(w) - prom_duration_seconds(base)) / prom_duration_seconds(base)
+    span = _duration(prom_duration_seconds(w) - prom_duration_seconds(base))
+    out = []
+    for subject in subjects:
+        short = own(naming.record(subject, f"rate{base}"))
+        expr = f"({k:g} * avg_over_time({short}[{span}]) + {short}) / {k + 1:g}"
+        out.append(RecordingRule(naming.record(subject, f"rate{w}"), expr, tag))
+    return out
+
+
+def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded_buckets: dict[str, str]) -> SloPlan:
+    """`recorded_buckets`: histogram key -> recorded bucket-rate name (over the rate window).
+
+    Only the shortest window of an SLO reads the engine's series (through the recorded bucket
+    or finish-reason rates when the window is the rate window) and selects the spec's models;
+    every longer window is derived from that recorded short-window rate. We follow Sloth's
+    "optimized" idea (long windows from recorded 5m results, read over the window) but
+    traffic-weighted like Pyrra's increases: the average recorded error rate divided by the
+    average recorded request rate is the window's error ratio, where Sloth's average of 5m
+    ratios over-weights quiet hours (Sloth #241) and Pyrra's increase over the raw counters
+    still reads every pod's samples (Pyrra #1440). See _derived for the window arithmetic.
+    The cost no longer grows with the fleet: a long window reads one recorded series per
+    group_by value instead of every pod's raw counters."""
     rules: list[RecordingRule | AlertRule] = []
+    long_rules: list[RecordingRule | AlertRule] = []
     rows: list[Row] = []
     runbook: list[dict] = []
     g = ctx.group
@@ -149,7 +213,8 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
         objective = parse_ratio(slo.objective)
         budget = 1 - objective
         tag = (("slo", slo.name),)
-        sel = (("slo", "=", slo.name),)
+        base = _windows(slo)[0]
+        direct = base == ctx.window  # the recorded bucket / finish-reason rates cover it
         if slo.sli == "success":
             signal = "success"
             bad = slo.bad_reasons or list(liveness.failed_reasons(ctx))
@@ -175,41 +240,56 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
             if slo.sli == "ttft":
                 # vLLM observes TTFT when the first token is produced; earlier aborts never reach it
                 wording += " (requests aborted before their first token are not counted)"
+            buckets = recorded_buckets.get(key) if direct else None
 
-            def totals(w: str, key=key) -> str:
+            def totals(w: str, key=key, buckets=buckets) -> str:
+                if buckets:
+                    return q.sum_by(g, ctx.recorded(buckets, (("le", "=", "+Inf"),)))
                 return q.sum_by(g, q.rate(ctx.raw(key, "_count"), w))
 
-            def errors(w: str, key=key, bound=bound) -> str:
-                good = q.sum_by(g, q.rate(ctx.raw(key, "_bucket", (q.le_matcher(bound),)), w))
+            def errors(w: str, key=key, bound=bound, buckets=buckets) -> str:
+                if buckets:
+                    good = q.sum_by(g, ctx.recorded(buckets, (q.le_matcher(bound),)))
+                else:
+                    good = q.sum_by(g, q.rate(ctx.raw(key, "_bucket", (q.le_matcher(bound),)), w))
                 return f"({totals(w)} - {good})"
 
-        windows = _windows(slo)
+        def own(name: str, slo_name: str = slo.name) -> str:
+            """This SLO's recorded series: the models were selected once, in the base window."""
+            return ctx.slo_recorded(name, slo_name)
+
         table = _rows(slo)
+        windows = _windows(slo)
         # the low-traffic gate counts requests: an inter-token histogram counts token gaps (steps)
         per_token = slo.sli == "itl" or (slo.sli == "tpot" and ctx.version < ctx.catalog.per_request_tpot_since)
         gate_subject = "slo_gate_requests" if per_token else "slo_requests"
         if per_token:
-            for w in sorted({row["long"] for row in table}, key=prom_duration_seconds):
-                finished = q.sum_by(g, q.rate(ctx.raw("request_success"), w))
-                rules.append(RecordingRule(naming.record("slo_gate_requests", f"rate{w}"), finished, tag))
+            # finished requests over the base window from the engine; longer windows derived from it
+            finished = q.sum_by(g, q.rate(ctx.raw("request_success"), base))
+            rules.append(RecordingRule(naming.record("slo_gate_requests", f"rate{base}"), finished, tag))
+            for w in sorted({row["long"] for row in table} - {base}, key=prom_duration_seconds):
+                out = long_rules if _is_long(w, table) else rules
+                out.extend(_derived(own, base, w, tag, ("slo_gate_requests",)))
         for w in windows:
-            rules.append(RecordingRule(naming.record("slo_requests", f"rate{w}"), totals(w), tag))
-            rules.append(RecordingRule(naming.record("slo_errors", f"rate{w}"), errors(w), tag))
+            out = long_rules if _is_long(w, table) else rules
+            if w == base:
+                out.append(RecordingRule(naming.record("slo_requests", f"rate{w}"), totals(w), tag))
+                out.append(RecordingRule(naming.record("slo_errors", f"rate{w}"), errors(w), tag))
+            else:
+                out.extend(_derived(own, base, w, tag))
             ratio = q.ratio(
-                ctx.recorded(naming.record("slo_errors", f"rate{w}"), sel),
-                ctx.recorded(naming.record("slo_requests", f"rate{w}"), sel),
+                own(naming.record("slo_errors", f"rate{w}")), own(naming.record("slo_requests", f"rate{w}"))
             )
-            rules.append(RecordingRule(naming.record("slo_error", f"ratio_rate{w}"), ratio, tag))
-            burn = f"{ctx.recorded(naming.record('slo_error', f'ratio_rate{w}'), sel)} / {budget:g}"
-            rules.append(RecordingRule(naming.record("slo_burn_rate", f"rate{w}"), burn, tag))
-        base = windows[0]
+            out.append(RecordingRule(naming.record("slo_error", f"ratio_rate{w}"), ratio, tag))
+            burn = f"{own(naming.record('slo_error', f'ratio_rate{w}'))} / {budget:g}"
+            out.append(RecordingRule(naming.record("slo_burn_rate", f"rate{w}"), burn, tag))
         period_ratio = q.ratio(
-            f"sum_over_time({ctx.recorded(naming.record('slo_errors', f'rate{base}'), sel)}[{slo.period}])",
-            f"sum_over_time({ctx.recorded(naming.record('slo_requests', f'rate{base}'), sel)}[{slo.period}])",
+            f"sum_over_time({own(naming.record('slo_errors', f'rate{base}'))}[{slo.period}])",
+            f"sum_over_time({own(naming.record('slo_requests', f'rate{base}'))}[{slo.period}])",
         )
-        rules.append(RecordingRule(naming.record("slo_error", f"ratio_{slo.period}"), period_ratio, tag))
-        remaining = f"1 - {ctx.recorded(naming.record('slo_error', f'ratio_{slo.period}'), sel)} / {budget:g}"
-        rules.append(RecordingRule(naming.record("slo_error_budget", f"remaining_{slo.period}"), remaining, tag))
+        long_rules.append(RecordingRule(naming.record("slo_error", f"ratio_{slo.period}"), period_ratio, tag))
+        remaining = f"1 - {own(naming.record('slo_error', f'ratio_{slo.period}'))} / {budget:g}"
+        long_rules.append(RecordingRule(naming.record("slo_error_budget", f"remaining_{slo.period}"), remaining, tag))
 
         by_severity: dict[str, list[dict]] = {}
         for row in table:
@@ -220,9 +300,9 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
             parts = []
             for row in pairs:
                 f = f"{row['factor']:g}"
-                long_ = ctx.recorded(naming.record("slo_burn_rate", f"rate{row['long']}"), sel)
-                short = ctx.recorded(naming.record("slo_burn_rate", f"rate{row['short']}"), sel)
-                gate = ctx.recorded(naming.record(gate_subject, f"rate{row['long']}"), sel)
+                long_ = own(naming.record("slo_burn_rate", f"rate{row['long']}"))
+                short = own(naming.record("slo_burn_rate", f"rate{row['short']}"))
+                gate = own(naming.record(gate_subject, f"rate{row['long']}"))
                 parts.append(
                     f"({long_} > {f} and {q.on((*g, 'slo'))} {short} > {f} "
                     f"and {q.on((*g, 'slo'))} {gate} >= {ctx.min_request_rate:g})"
@@ -231,7 +311,9 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
             extra = [("severity", severity), ("signal", signal), ("slo", slo.name)]
             if team:
                 extra.append(("team", team))
-            rules.append(
+            # an alert on a long window is evaluated where that window is recorded, right after it
+            target = long_rules if any(_is_long(r["long"], table) for r in pairs) else rules
+            target.append(
                 AlertRule(
                     name=name,
                     signal=signal,
@@ -244,7 +326,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
                     runbook_url=naming.runbook_url(base_url, name),
                     labels=tuple(extra),
                     threshold_text=windows_text,
-                    query=ctx.recorded(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}"), sel),
+                    query=own(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}")),
                     panel=f"SLO {slo.name}",
                 )
             )
@@ -265,7 +347,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
                         f"The `{signal}` panels and alerts: which part of the service degrades.",
                     ],
                     "confirm": "Burn rate over the alert windows:",
-                    "query": ctx.recorded(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}"), sel),
+                    "query": own(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}")),
                     "panel": f"SLO {slo.name}",
                 }
             )
@@ -275,7 +357,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None) -> SloPlan:
             rules.append(found[0])
             runbook.append(found[1])
         rows.append(_slo_row(ctx, slo, objective, windows, table))
-    return SloPlan(tuple(rules), tuple(rows), tuple(runbook))
+    return SloPlan(tuple(rules), tuple(rows), tuple(runbook), tuple(long_rules))
 
 
 def _unavailable(ctx: Context, slo, window: str, base_url: str, team: str | None, objective: str, unit: str):
@@ -286,7 +368,7 @@ def _unavailable(ctx: Context, slo, window: str, base_url: str, team: str | None
     key, signal, _ = LATENCY_SLIS[slo.sli]
     bound = parse_seconds(slo.threshold)
     name = naming.slo_unavailable(slo.name)
-    requests = ctx.recorded(naming.record("slo_requests", f"rate{window}"), (("slo", "=", slo.name),))
+    requests = ctx.slo_recorded(naming.record("slo_requests", f"rate{window}"), slo.name)
     good = ctx.raw(key, "_bucket", (q.le_matcher(bound),))
     bucket = f'{ctx.metric(key, "_bucket")}{{le="{bound:g}"}}'
     extra = [("severity", "warning"), ("signal", signal), ("slo", slo.name)]

@@ -33,5 +33,5 @@ def render_rule_files(plan: Plan) -> dict[str, dict]:
     """file name (under prometheus/) -> rule-file document."""
     files: dict[str, dict] = {}
     for group in plan.groups:
-        files[naming.rule_file(plan.name, group.name)] = {"groups": [render_group(group)]}
+        files.setdefault(naming.rule_file(plan.name, group.name), {"groups": []})["groups"].append(render_group(group))
     return files

@@ -64,8 +64,16 @@ _SUCCESS_TERMS = ("http_requests", "admission_rejections", "requests_running")
 
 def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloDef]:
     """SLO name -> definition, for every SLO whose rules have the expected shape."""
-    rules = [r for g in groups for r in g.rules if isinstance(r, RecordingRule) and dict(r.labels).get("slo")]
+    recording = [r for g in groups for r in g.rules if isinstance(r, RecordingRule)]
+    rules = [r for r in recording if dict(r.labels).get("slo")]
     wires = wire_keys(ctx)
+    # a recorded (not exported) series stands for the exported series its rule reads
+    for r in recording:
+        if r.record not in wires:
+            for sel in selectors(promql_parser.parse(r.expr)):
+                if sel.name in wires:
+                    wires[r.record] = wires[sel.name]
+                    break
     out: dict[str, SloDef] = {}
     for name in sorted({dict(r.labels)["slo"] for r in rules}):
         found = _read_slo(name, [r for r in rules if dict(r.labels)["slo"] == name], wires)
@@ -94,7 +102,7 @@ def _read_slo(name: str, rules: list[RecordingRule], wires: dict[str, tuple[str,
         else:
             key = found[0]
             le = _matcher_value(sel, "le")
-            if le:
+            if le and le[1] != "+Inf":
                 thr = _le_value(*le)
     shortest = min(burns, key=prom_duration_seconds)
     tree = promql_parser.parse(burns[shortest].expr)
@@ -106,7 +114,23 @@ def _read_slo(name: str, rules: list[RecordingRule], wires: dict[str, tuple[str,
 
 
 def slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tuple[float, float]:
-    """(errors, requests) rates of an SLO over a window."""
+    """(errors, requests) rates of an SLO over a window. Windows longer than the shortest derive
+    from the shortest window's recorded rate (slo._derived), sampled once a minute (the tests'
+    evaluation interval), both ends of the range included as in Prometheus 2.x."""
+    base = _minutes(slo.shortest)
+    if window <= base:
+        return _direct_totals(env, slo, fleet, at, window)
+    samples = [_direct_totals(env, slo, fleet, m, base) for m in range(max(at - (window - base), 1), at + 1)]
+    now = _direct_totals(env, slo, fleet, at, base)
+    k = (window - base) / base
+    n = len(samples)
+    errors = (k * env.sum(e for e, _ in samples) / n + now[0]) / (k + 1)
+    requests = (k * env.sum(t for _, t in samples) / n + now[1]) / (k + 1)
+    env.inexact = True  # avg_over_time's rounding is Prometheus' own
+    return errors, requests
+
+
+def _direct_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tuple[float, float]:
     if slo.key is None:
         rates = fleet.reasons()
         total = env.sum(env.rate(rates.get(r, 0), at, window) for r in env.all_reasons())
