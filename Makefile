@@ -33,3 +33,4 @@ golden: setup
 
 bench: setup
 	$(BIN)/python bench/bench_build.py
+	$(BIN)/python bench/bench_rules.py
