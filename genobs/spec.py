@@ -28,6 +28,7 @@ SIGNALS = (
     "rss_growth",
     "metrics_absent",
     "engine_hung",
+    "target_down",
 )
 USE_CASES = ("chat", "rag", "agentic", "batch", "voice", "capacity")
 SLI_KINDS = ("ttft", "itl", "tpot", "e2e", "queue_time", "success")
@@ -277,7 +278,8 @@ class AlertOverride(_Model):
     for_: PendingDuration | None = Field(None, alias="for", description="Pending duration, e.g. 10m.")
     fleet_share: Threshold | None = Field(
         None,
-        description="engine_hung: share of a model's replicas that must be hung to page (default 50%).",
+        description="engine_hung: share of a model's replicas that must be hung to page; target_down: share of "
+        "the job's targets that must be down to page (default 50%).",
     )
 
 
@@ -298,6 +300,7 @@ class Alerts(_Model):
     rss_growth: AlertOverride | None = None
     metrics_absent: AlertOverride | None = None
     engine_hung: AlertOverride | None = None
+    target_down: AlertOverride | None = None
 
 
 class BurnRate(_Model):

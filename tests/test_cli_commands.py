@@ -67,7 +67,7 @@ def test_init_every_use_case_with_options_writes_a_file_that_builds(use_case: st
     assert text.splitlines()[0] == "# yaml-language-server: $schema=../genobs.schema.json"
     data = yaml.safe_load(text)
     assert data["name"] == f"{use_case}-prod" and data["service"]["engine_version"] == "0.9.1"
-    assert data["service"]["selector"] == {"namespace": "serving"} and data["use_case"] == use_case
+    assert data["service"]["selector"] == {"namespace": "serving", "job": "vllm"} and data["use_case"] == use_case
     assert render_spec(target).name == f"{use_case}-prod"
 
 
@@ -145,7 +145,7 @@ def test_explain_alert_with_the_default_spec():
     assert "built-in chat spec" in out
     assert "critical  TTFT p99 above 2.5s" in out and "warning   TTFT p99 above 1s" in out  # chat preset
     assert "[for 10m]" in out
-    assert 'genobs:ttft_seconds:quantile_rate5m{quantile="0.99"} > 2.5' in out
+    assert 'genobs:ttft_seconds:quantile_rate5m{job="vllm",quantile="0.99"} > 2.5' in out
     assert "First action\n  If TTFT p99 degrades on its own" in out
     assert "Recorded series it reads" in out and "histogram_quantile(0.99" in out
 
@@ -159,10 +159,15 @@ def test_explain_uses_the_given_spec_and_is_case_insensitive():
 
 
 def test_explain_signal_lists_every_alert_of_it():
-    result = run("explain", "metrics_absent")
-    assert result.exit_code == 0
-    for name in ("VllmTargetDown", "VllmMetricsAbsent", "VllmMetricsFrozen"):
-        assert f"{name} - " in result.stdout
+    for signal, names in (
+        ("metrics_absent", ("VllmMetricsAbsent", "VllmMetricsFrozen")),
+        ("target_down", ("VllmTargetDown", "VllmServingCapacityLost")),
+        ("engine_hung", ("VllmEngineHung", "VllmFleetNoProgress")),
+    ):
+        result = run("explain", signal)
+        assert result.exit_code == 0
+        for name in names:
+            assert f"{name} - " in result.stdout
 
 
 def test_explain_signal_or_alert_not_in_this_plan_says_why():
@@ -191,7 +196,7 @@ def test_explain_without_name_lists_alerts_and_signals():
 
 def test_explain_bad_spec_exit_2(tmp_path: Path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("version: genobs/v1\nname: b\nuse_case: chta\n")
+    bad.write_text("version: genobs/v1\nname: b\nuse_case: chta\nservice: {selector: {job: b}}\n")
     result = run("explain", "ttft", "--spec", str(bad))
     assert result.exit_code == 2 and f"{bad}:3:11: error: use_case:" in result.stderr
     # explain never writes anything, so it must not claim "nothing was written"

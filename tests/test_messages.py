@@ -54,7 +54,7 @@ def test_percentage_out_of_range_is_called_out_of_range(value: str):
 
 def test_unreachable_threshold_warning_uses_one_unit():
     # e2e on vLLM 0.7.0 has buckets up to 60s; a 1m threshold equals the top bucket
-    doc = load_spec_text(GOOD + "service: {engine_version: '0.7.0'}\nalerts:\n  e2e: {warning: 1m, critical: 2m}\n")
+    doc = load_spec_text(GOOD + "service: {engine_version: '0.7.0', selector: {job: v}}\nalerts:\n  e2e: {warning: 1m, critical: 2m}\n")
     warnings = [w for w in build_plan(doc).warnings if "can never fire" in w]
     assert warnings, build_plan(doc).warnings
     for w in warnings:

@@ -28,6 +28,7 @@ from tests.conftest import REPO, SPECS
 BAD = REPO / "tests" / "bad_specs"
 CASES = sorted(p.stem for p in BAD.glob("*.yaml"))
 GOOD = "version: genobs/v1\nname: t\nuse_case: chat\n"
+GOOD_JOB = GOOD + "service: {selector: {job: v}}\n"  # GOOD as a build needs it: a selector with a job
 
 
 def problems(text: str, file: str = "s.yaml") -> list:
@@ -90,7 +91,7 @@ def test_type_errors_say_what_to_write():
 
 
 def test_plan_stage_problems_have_locations_too():
-    p = only(GOOD + "service: {engine_version: '0.11.0'}\nfeatures: {disaggregated_prefill: true}\n")
+    p = only(GOOD + "service: {engine_version: '0.11.0', selector: {job: v}}\nfeatures: {disaggregated_prefill: true}\n")
     assert (p.line, p.field) == (5, "features.disaggregated_prefill") and "0.11.1" in p.message
 
 
@@ -152,7 +153,7 @@ def test_utf8_bom_is_accepted_and_columns_stay_right(tmp_path: Path):
     with pytest.raises(SpecError) as err:
         load_spec(f)
     assert (err.value.problems[0].line, err.value.problems[0].column) == (1, 11)
-    f.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    f.write_bytes(b"\xef\xbb\xbf" + GOOD_JOB.encode())
     assert build_plan(load_spec(f)).name == "t"
 
 
@@ -201,7 +202,7 @@ def test_rate_window_bounds_are_allowed():
 
 
 def test_zero_pending_duration_is_allowed():
-    assert build_plan(load_spec_text(GOOD + "alerts: {ttft: {for: 0s}}\n")).name == "t"
+    assert build_plan(load_spec_text(GOOD_JOB + "alerts: {ttft: {for: 0s}}\n")).name == "t"
 
 
 def test_trailing_document_separator_is_fine():
@@ -304,7 +305,7 @@ def test_spec_problems_exit_2_even_with_other_specs_fine(tmp_path: Path):
 
 def test_duplicate_spec_names_point_at_the_name(tmp_path: Path):
     for n in ("a", "b"):
-        (tmp_path / f"{n}.yaml").write_text(GOOD)
+        (tmp_path / f"{n}.yaml").write_text(GOOD_JOB)
     result = CliRunner().invoke(main, ["build", "--no-check", "-o", str(tmp_path / "out"), str(tmp_path)])
     assert result.exit_code == 2
     assert f"{tmp_path / 'b.yaml'}:2:7: error: name: spec name 't' is also used by" in result.stderr
@@ -363,7 +364,7 @@ def test_schema_and_plan_problems_in_one_run():
     text = (
         GOOD
         + "evalution_interval: 30s\n"
-        + "service: {engine_version: '0.11.0'}\n"
+        + "service: {engine_version: '0.11.0', selector: {job: v}}\n"
         + "features: {disaggregated_prefill: true}\n"
         + "slos:\n"
         + "  - {name: a, sli: ttfx, objective: 99%}\n"

@@ -25,7 +25,7 @@ from tests.conftest import SPECS
 SPEC_IDS = [p.stem for p in SPECS]
 
 # specs that exercise what the examples do not: V0 engine (no engine label), the
-# underscore dialect, no selector, extra grouping labels, info severity, custom
+# underscore dialect, a job-only selector, extra grouping labels, info severity, custom
 # burn rates, a short rate window, several models
 VARIANTS = {
     "v0-underscore": """
@@ -49,6 +49,7 @@ name: bare
 use_case: capacity
 service:
   engine_version: "0.10.2"
+  selector: {job: vllm-bare}
   min_request_rate: 3
   group_by: [model_name, instance]
 features: {speculative_decoding: true}

@@ -64,6 +64,7 @@ def spec_text(
     namespace: str | None = "llm-prod",
     schema: str | None = f"../{SCHEMA_FILE}",
     warnings: tuple[str, ...] = (),
+    job: str = "vllm",
 ) -> str:
     """The commented spec `genobs init` writes; no model watches every model behind the selector."""
     preset = presets()[use_case]
@@ -94,12 +95,9 @@ def spec_text(
         "service:",
         "  engine: vllm",
         c(f"  engine_version: {_q(version)}", "the vLLM release you run: picks metric names"),
-        *(
-            [c("  selector:", "target labels every query is restricted to"), f"    namespace: {_q(namespace)}"]
-            if namespace
-            else [c("  selector: {}", "target labels every query is restricted to, e.g.:"), "    # namespace: llm-prod"]
-        ),
-        "    # job: vllm",
+        c("  selector:", "target labels every query is restricted to"),
+        *([f"    namespace: {_q(namespace)}"] if namespace else ["    # namespace: llm-prod"]),
+        c(f"    job: {_q(job)}", "required: up and process_* exist for every target, not only vLLM"),
         c("  group_by: [model_name]", "kept on every rule and alert; `engine` (DP rank) is always summed away"),
         c(f"  models: {models}", "empty = every model behind the selector"),
         c("  metric_names: colon", "underscore when Prometheus stored vllm_... names (escaped scrape)"),
@@ -160,6 +158,7 @@ _OPTION_OF_FIELD = (
     ("service.models", "--model"),
     ("dashboard.title", "--model"),
     ("service.engine_version", "--engine-version"),
+    ("service.selector.job", "--job"),
     ("service.selector", "--namespace"),
     ("features", "--engine-version"),
 )
@@ -176,6 +175,7 @@ _OPTION_OF_FIELD = (
 @click.option("--name", default=None, help="Spec name (output folder, rule-group prefix). Default: the use case.")
 @click.option("--engine-version", default=None, help="vLLM release, e.g. 0.11.1. Default: newest genobs knows.")
 @click.option("--namespace", default="llm-prod", show_default=True, help="Kubernetes namespace of the vLLM targets.")
+@click.option("--job", default="vllm", show_default=True, help="Prometheus scrape job of the vLLM targets.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write to FILE, not stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def init(
@@ -184,6 +184,7 @@ def init(
     name: str | None,
     engine_version: str | None,
     namespace: str,
+    job: str,
     output: Path | None,
     force: bool,
 ) -> None:
@@ -191,7 +192,7 @@ def init(
     if output is not None and output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")
     args = (use_case, model, name, engine_version, namespace, schema_ref(output))
-    text = spec_text(*args)
+    text = spec_text(*args, job=job)
     from genobs.errors import SpecError
 
     try:
@@ -205,7 +206,7 @@ def init(
                 click.echo(f"error: {option}: {p.message}", err=True)
         raise SystemExit(2) from None
     if warnings:  # the same the build will print; written into the spec as comments too
-        text = spec_text(*args, warnings=warnings)
+        text = spec_text(*args, warnings=warnings, job=job)
         for w in warnings:
             click.echo(f"warning: {w}", err=True)
     if output is None:

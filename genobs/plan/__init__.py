@@ -52,6 +52,15 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
                 )
             )
             return None
+    if "job" not in spec.service.selector:
+        problems.append(
+            doc.problem(
+                ("service", "selector"),
+                "must name the scrape job of the vLLM targets (e.g. {job: vllm}): up and process_* exist for "
+                "every target, so without a job node-exporter, kube-state-metrics and Prometheus itself "
+                "would fire target-down, metrics-absent and memory alerts",
+            )
+        )
     features = {name for name, on in spec.features.model_dump().items() if on is True}
     unavailable = set()
     for feature in sorted(features):

@@ -185,7 +185,14 @@ def _frozen(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str] | None:
     return expr, series, "Replica liveness"
 
 
-_LIVENESS = {"VllmEngineHung": _hung, "VllmFleetNoProgress": _no_progress, "VllmMetricsFrozen": _frozen}
+def _capacity_lost(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
+    series = b.rec.ref("process_targets_down_ratio")
+    return f"{series} {op} {t}", series, "Scrape targets up"
+
+
+_LIVENESS = {
+    "VllmServingCapacityLost": _capacity_lost,
+    "VllmEngineHung": _hung, "VllmFleetNoProgress": _no_progress, "VllmMetricsFrozen": _frozen}
 
 
 class AlertBuilder:
@@ -277,6 +284,8 @@ class AlertBuilder:
                 )
                 if a.signal == "rss_growth" or a.name == "VllmMetricsFrozen":
                     description = f"{process_text}: {description}"
+                elif a.name == "VllmServingCapacityLost":
+                    description = f"{labels_template(liveness.target_labels(self.ctx))}: {description}"
 
                 elif a.name not in ("VllmTargetDown", "VllmMetricsAbsent"):
                     description = f"{labels_text}: {description}"

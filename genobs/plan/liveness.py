@@ -125,3 +125,14 @@ def record_liveness(r: Recorder) -> None:
             "rate",
             q.sum_by(ctx.process_group, q.rate(_http(ctx, "2xx"), ctx.window)),
         )
+
+
+def target_labels(ctx: Context) -> tuple[str, ...]:
+    """Labels of a scrape job's targets taken together: the process labels without `instance`."""
+    return tuple(label for label in ctx.process_group if label != "instance")
+
+
+def record_targets_down(r: Recorder) -> None:
+    """Share of the job's targets Prometheus cannot scrape (1 when none is up)."""
+    up, targets = r.ref("process_targets_up"), r.ref("process_targets")
+    r.add("process_targets_down_ratio", "scrape_targets_down", "ratio", f"1 - {q.ratio(up, targets)}")

@@ -220,6 +220,7 @@ def _process(r: Recorder) -> None:
     up = ctx.up()
     r.add("process_targets_up", "scrape_targets_up", "sum", q.sum_by(targets, up))
     r.add("process_targets", "scrape_targets", "count", f"count {q.by(targets)} ({up})")
+    liveness.record_targets_down(r)
 
 
 def build_recording(ctx: Context) -> Recorder:

@@ -15,7 +15,7 @@ import promql_parser
 from genobs import naming
 from genobs import promql as q
 from genobs.plan.context import Context
-from genobs.plan.liveness import replica_labels
+from genobs.plan.liveness import replica_labels, target_labels
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
 from genobs.plan.recording import Recorder
 from genobs.testgen.humanize import expand
@@ -149,6 +149,8 @@ class _Planner:
             return {k: ident.process[k] for k in ctx.process_group}
         if probe.labels == "up":
             return dict(ident.process)
+        if probe.labels == "targets":
+            return {k: ident.process[k] for k in target_labels(ctx)}
         if probe.labels == "replica":
             return {k: ident.engine[k] for k in replica_labels(ctx)}
         labels = {k: ident.engine[k] for k in ctx.group}

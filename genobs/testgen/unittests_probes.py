@@ -285,6 +285,14 @@ _TARGET_DOWN = Probe(
     False,
     engine=False,
 )
+# the unit-test fleet is one target: down, it is 100 % of the job's targets
+_CAPACITY_LOST = Probe(
+    "targets",
+    lambda env, fleet, at: 0.0 if fleet.target_up else 1.0,
+    lambda env, fleet, _: _with(fleet, target_up=False),
+    lambda e, t: [None],
+    engine=False,
+)
 _ABSENT = Probe(
     "up",
     lambda env, fleet, at: 1.0,
@@ -336,6 +344,7 @@ PROBES: dict[str, Probe] = {
     "VllmRequestsWaitingHigh": _WAITING,
     "VllmApiServerRssGrowing": _RSS,
     "VllmTargetDown": _TARGET_DOWN,
+    "VllmServingCapacityLost": _CAPACITY_LOST,
     "VllmMetricsAbsent": _ABSENT,
     "VllmMetricsFrozen": _FROZEN,
     "VllmEngineHung": _HUNG,
