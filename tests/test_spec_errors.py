@@ -198,7 +198,7 @@ def test_durations_that_would_break_promql_are_refused(line: str, needle: str):
 
 def test_rate_window_bounds_are_allowed():
     for window in ("1m", "60s", "1h"):
-        assert build_plan(load_spec_text(GOOD + f"rate_window: {window}\n")).name == "t"
+        assert build_plan(load_spec_text(GOOD_JOB + f"rate_window: {window}\n")).name == "t"
 
 
 def test_zero_pending_duration_is_allowed():
