@@ -52,9 +52,10 @@ def plan_families(
     return out
 
 
-# The API server's HTTP middleware creates a status series only once it answers one, and
-# the simulator serves no HTTP traffic of its own: it exports no http_requests_total.
-NOT_SIMULATED = frozenset({"http_requests"})
+NOT_SIMULATED: frozenset[str] = frozenset()
+# The API server answers every generation request it hands to the engine; a streamed answer
+# is 2xx even when the engine later finishes it with an error.
+HTTP_ANSWER = {"handler": "/v1/chat/completions", "method": "POST", "status": "2xx"}
 
 
 # vllm:cache_config_info's labels in a real vLLM 0.33 exposition (the label set changes between releases)
@@ -142,6 +143,8 @@ class FleetCollector:
         m = f.metric
         if m.unit == "info":
             return self._info_family(f)
+        if f.key == "http_requests":
+            return self._http_family(f)
         if len(m.labels) > 1:
             raise ValueError(f"simulator supports at most one extra label, {f.key} has {m.labels}")
         extra = m.labels[0] if m.labels else None
@@ -189,6 +192,13 @@ class FleetCollector:
                     fam.samples.append(Sample(f.wire + "_created", dict(zip(names, labels)), self.created_at))
             return fam
         raise ValueError(f"simulator cannot expose metric type {m.type!r} ({f.key})")
+
+    def _http_family(self, f: Family) -> Metric:
+        """http_requests_total: the answers the API server gave, one per request the engine finished."""
+        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=list(HTTP_ANSWER))
+        answered = sum(s.counter("request_success", r) for s in self.fleet.series for r in self.reasons)
+        fam.add_metric(list(HTTP_ANSWER.values()), answered)
+        return fam
 
     def _process_family(self, f: Family, extra: str | None) -> Metric:
         m, proc = f.metric, self.fleet.process
