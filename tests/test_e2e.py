@@ -121,6 +121,9 @@ def start_run(tmp: Path, metric_names: str, sims: dict[str, Simulator], relabel:
     out, spec = render_variant(SPEC, tmp, metric_names=metric_names)
     selector = dict(spec["service"]["selector"])
     job = selector.pop("job")
+    # the simulator plays the decode pool of a disaggregated fleet: its pods carry the decode role label
+    roles = spec["service"].get("roles")
+    target_labels = {**selector, roles["label"]: roles["decode"]} if roles else selector
     rule_files = {
         name.removeprefix("prometheus/"): data
         for name, data in out.files.items()
@@ -129,7 +132,7 @@ def start_run(tmp: Path, metric_names: str, sims: dict[str, Simulator], relabel:
     with stopping(list(sims.values())):
         for s in sims.values():
             s.start(port=0)
-        targets = {name: Target(name, s, selector) for name, s in sims.items()}
+        targets = {name: Target(name, s, target_labels) for name, s in sims.items()}
         config = prometheus_config(job, list(targets.values()), relabel_configs() if relabel else None)
         prom = Prometheus(tmp, config, rule_files)
         with stopping([], prom):
