@@ -170,7 +170,7 @@ def test_no_autoscaling_block_no_autoscaling_files(tmp_path):
 
 def test_build_kubernetes_flag_writes_them(tmp_path):
     text = (
-        "version: genobs/v1\nname: a\nuse_case: chat\nservice: {models: [m]}\n"
+        "version: genobs/v1\nname: a\nuse_case: chat\nservice: {models: [m], selector: {job: vllm}}\n"
         "kubernetes:\n  autoscaling: {target: {name: vllm, namespace: llm}, max_replicas: 3}\n"
     )
     spec = tmp_path / "a.yaml"
@@ -187,7 +187,7 @@ def test_build_kubernetes_flag_writes_them(tmp_path):
 SPEC_TEXT = """version: genobs/v1
 name: a
 use_case: chat
-service: {{models: [{models}], selector: {{namespace: {ns}}}}}
+service: {{models: [{models}], selector: {{namespace: {ns}, job: vllm}}}}
 kubernetes:
   autoscaling: {{target: {{name: vllm, namespace: llm}}, min_replicas: {lo}, max_replicas: {hi}, metric: {metric}, \
 scale_down_window: {window}}}

@@ -198,7 +198,7 @@ def _problems(text: str) -> list[str]:
     return [f"{p.field}: {p.message}" for p in exc.value.problems]
 
 
-BASE = "version: genobs/v1\nname: c\nuse_case: capacity\nservice: {{engine_version: '{v}'}}\ncapacity:\n  goodput: {g}\n"
+BASE = "version: genobs/v1\nname: c\nuse_case: capacity\nservice: {{engine_version: '{v}', selector: {{job: vllm}}}}\ncapacity:\n  goodput: {g}\n"
 
 
 @pytest.mark.parametrize(
@@ -215,5 +215,5 @@ def test_goodput_bounds_are_checked_against_the_version(version: str, goodput: s
 
 
 def test_other_use_cases_get_no_capacity_group_without_the_block():
-    plan = build_plan(load_spec_text("version: genobs/v1\nname: c\nuse_case: chat\n", "c.yaml"))
+    plan = build_plan(load_spec_text("version: genobs/v1\nname: c\nuse_case: chat\nservice: {selector: {job: vllm}}\n", "c.yaml"))
     assert not any(g.name.endswith("-capacity") for g in plan.groups)
