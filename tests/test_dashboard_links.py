@@ -17,7 +17,7 @@ URL = "https://git.example.com/sre/obs/blob/main/out/t/RUNBOOK.md"
 
 
 def plan_for(use_case: str, extra: str = ""):
-    return build_plan(load_spec_text(f"version: genobs/v1\nname: t\nuse_case: {use_case}\n{extra}", "s.yaml"))
+    return build_plan(load_spec_text(f"version: genobs/v1\nname: t\nuse_case: {use_case}\nservice: {{selector: {{job: vllm}}}}\n{extra}", "s.yaml"))
 
 
 @pytest.mark.parametrize("use_case", list(PRESETS))
