@@ -15,7 +15,7 @@ from genobs.spec import LabelName, PendingDuration, PromDuration, SafeValue, Thr
 from genobs.spec import _Model as Model
 from genobs.units import parse_ratio, parse_seconds
 
-_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]{0,199}$")
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,199}")
 
 
 def _metric_name(v: str) -> str:
