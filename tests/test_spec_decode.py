@@ -65,6 +65,8 @@ def fleet(accepted_at: tuple[int, ...] = ACCEPTED_AT) -> list[dict]:
             counter("vllm:inter_token_latency_seconds_sum", STEPS * STEP_SECONDS)
             counter("vllm:request_time_per_output_token_seconds_count", REQUESTS)
             counter("vllm:request_time_per_output_token_seconds_sum", REQUESTS * TPOT)
+            # the recorded TPOT bucket rate carries the request count (le="+Inf")
+            counter("vllm:request_time_per_output_token_seconds_bucket", REQUESTS, le="+Inf")
             counter("vllm:spec_decode_num_drafts_total", STEPS)
             counter("vllm:spec_decode_num_draft_tokens_total", STEPS * 3)
             counter("vllm:spec_decode_num_accepted_tokens_total", sum(accepted_at))
