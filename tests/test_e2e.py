@@ -59,7 +59,8 @@ EXPECTED: dict[str, tuple[frozenset[str], ...]] = {
     "rss_leak": (frozenset({"rss_growth"}),),
     # counters flat while the gauges still show running requests: a hung engine
     "flat_zero_metrics": (frozenset({"engine_hung"}),),
-    "exporter_down": (frozenset({"metrics_absent"}),),
+    # the scrape fails: up == 0, so the target-down warning (not metrics-absent, which needs up == 1)
+    "exporter_down": (frozenset({"target_down"}),),
 }
 # faults of the whole exporter process: a simulator (scrape target) each, checked per instance
 PROCESS_FAULTS = ("rss_leak", "exporter_down")

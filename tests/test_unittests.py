@@ -176,7 +176,7 @@ def test_variants_fire_every_alert_and_severity(name: str):
 
 def test_a_threshold_the_buckets_cannot_reach_is_reported():
     # vLLM 0.7 request-latency buckets end at 60s: a p99 above 120s never shows
-    text = "version: genobs/v1\nname: t\nuse_case: batch\nservice: {engine_version: '0.7.3'}\n"
+    text = "version: genobs/v1\nname: t\nuse_case: batch\nservice: {engine_version: '0.7.3', selector: {job: vllm}}\n"
     files, notes = unit_tests_and_notes(load_spec_text(text, "t.yaml"))
     assert any(n.startswith("VllmE2eLatencyP99High:") for n in notes), notes
     assert ("VllmE2eLatencyP99High", "critical") not in firing(files)
