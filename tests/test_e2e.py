@@ -61,10 +61,14 @@ EXPECTED: dict[str, tuple[frozenset[str], ...]] = {
     "flat_zero_metrics": (frozenset({"engine_hung"}),),
     # the scrape fails: up == 0, so the target-down warning (not metrics-absent, which needs up == 1)
     "exporter_down": (frozenset({"target_down"}),),
+    # 5xx answers that never reach the engine count against success (and the availability SLO)
+    "http_5xx": (frozenset({"success"}),),
 }
 # faults of the whole exporter process: a simulator (scrape target) each, checked per instance
 PROCESS_FAULTS = ("rss_leak", "exporter_down")
-MODEL_FAULTS = tuple(s for s in SCENARIOS if s != "healthy" and s not in PROCESS_FAULTS)
+# http_5xx acts on the whole API server too (a simulator of its own), but is judged per model
+OWN_EXPORTER = (*PROCESS_FAULTS, "http_5xx")
+MODEL_FAULTS = tuple(s for s in SCENARIOS if s != "healthy" and s not in OWN_EXPORTER)
 ACTIVE = ("pending", "firing")
 # the healthy model's windows must be full before its silence means anything: 1m rate window + evaluations
 WARMUP = 70.0
@@ -413,6 +417,7 @@ class TestUnderscoreDialect:
             "rss_leak": Simulator(models={"m-rss_leak": "rss_leak"}, seed=13),
             # a few good scrapes before the exporter goes away (fault_after + 2 s)
             "exporter_down": Simulator(models={"m-exporter_down": "exporter_down"}, seed=14, fault_after=8.0),
+            "http_5xx": Simulator(models={"m-http_5xx": "http_5xx"}, seed=15),
         }
         with start_run(tmp, "underscore", sims, relabel=False) as run:
             yield run

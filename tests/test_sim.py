@@ -135,6 +135,7 @@ def test_scenarios_listed_once() -> None:
         "rss_leak",
         "flat_zero_metrics",
         "exporter_down",
+        "http_5xx",
     )
 
 
@@ -372,6 +373,8 @@ CHECKS = {
     ),
     "spec_acceptance_collapse": lambda a, b, m: 0.15 <= _alpha(a, b, m) <= 0.25,
     "rss_leak": lambda a, b, m: total(b, wire("process_rss")) / total(a, wire("process_rss")) > 1.4,
+    # per exporter: the 5xx answers are ~10% of every generation answer it gave (13 models, 5 req/s each)
+    "http_5xx": lambda a, b, m: 0.08 <= _http_share(a, b, "5xx") <= 0.12,
     "flat_zero_metrics": lambda a, b, m: (
         all(delta(a, b, n, m) == 0 for n in {n for n, _ in b if n.startswith("vllm") and n.endswith(COUNTED)})
         and gauge(b, "requests_running", m) > 0
@@ -379,11 +382,21 @@ CHECKS = {
 }
 
 
+def _http_share(a: dict, b: dict, status: str) -> float:
+    name = wire("http_requests")
+    return (total(b, name, status=status) - total(a, name, status=status)) / (total(b, name) - total(a, name))
+
+
+def test_http_5xx_start_with_the_fault(fault_run) -> None:
+    s0, a, _, _ = fault_run
+    assert total(a, wire("http_requests"), status="5xx") == 0 and _http_share(s0, a, "2xx") == 1.0
+
+
 @pytest.mark.parametrize("scenario", sorted(CHECKS))
 def test_fault_moves_its_signal(fault_run, scenario: str) -> None:
     _, a, mid, b = fault_run
     assert CHECKS[scenario](a, b, f"m-{scenario}")
-    if scenario != "rss_leak":  # the same check does not pass on the healthy model
+    if scenario not in ("rss_leak", "http_5xx"):  # the same check does not pass on the healthy model
         assert not CHECKS[scenario](a, b, "m-healthy")
     if scenario == "queue_buildup":  # waiting keeps growing while running stays put
         m = "m-queue_buildup"

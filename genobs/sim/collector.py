@@ -194,10 +194,13 @@ class FleetCollector:
         raise ValueError(f"simulator cannot expose metric type {m.type!r} ({f.key})")
 
     def _http_family(self, f: Family) -> Metric:
-        """http_requests_total: the answers the API server gave, one per request the engine finished."""
+        """http_requests_total: the answers the API server gave, one per request the engine finished,
+        plus the 5xx answers of requests that never reached it (the http_5xx scenario)."""
         fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=list(HTTP_ANSWER))
         answered = sum(s.counter("request_success", r) for s in self.fleet.series for r in self.reasons)
         fam.add_metric(list(HTTP_ANSWER.values()), answered)
+        if self.fleet.process.http_5xx_rate:
+            fam.add_metric([*list(HTTP_ANSWER.values())[:-1], "5xx"], self.fleet.process.http_errors)
         return fam
 
     def _process_family(self, f: Family, extra: str | None) -> Metric:
@@ -206,6 +209,10 @@ class FleetCollector:
         if m.type == "gauge" and f.key == "process_rss":
             fam = GaugeMetricFamily(f.wire, m.help, labels=names)
             fam.add_metric([], proc.rss)
+            return fam
+        if m.type == "gauge" and f.key == "process_start_time":
+            fam = GaugeMetricFamily(f.wire, m.help, labels=names)
+            fam.add_metric([], self.created_at)
             return fam
         if m.type == "counter" and extra == "generation":
             fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)

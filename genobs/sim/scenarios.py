@@ -20,6 +20,7 @@ SCENARIOS: tuple[str, ...] = (
     "rss_leak",
     "flat_zero_metrics",
     "exporter_down",
+    "http_5xx",
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -37,10 +38,12 @@ DESCRIPTIONS: dict[str, str] = {
     "rss_leak": "process RSS +50% per minute (process series: one per exporter, not per model)",
     "flat_zero_metrics": "every counter/histogram of the model frozen while gauges still show running > 0",
     "exporter_down": "the whole HTTP exporter stops answering (run it in its own simulator process)",
+    "http_5xx": "the API server answers ~10% of generation requests with 5xx before they reach the engine "
+    "(http_requests_total{status=\"5xx\"}; per exporter, like the process series)",
 }
 
 #: Scenarios that act on the exporter process rather than on the model's engine series.
-PROCESS_SCENARIOS = frozenset({"rss_leak", "exporter_down"})
+PROCESS_SCENARIOS = frozenset({"rss_leak", "exporter_down", "http_5xx"})
 
 #: Scenarios that are invisible unless the matching optional metric family is on.
 NEEDS_SPEC_DECODE = frozenset({"spec_acceptance_collapse"})

@@ -23,6 +23,7 @@ _GC_START = (1394.0, 126.0, 8.0)
 _GC_RATE = (5.0, 0.45, 0.03)  # collections per second, per generation
 RSS_BASE = 1.5e9
 RSS_LEAK_PER_MIN = 0.5  # +50% of the base per minute
+HTTP_5XX_SHARE = 0.10  # http_5xx: share of all generation answers that are 5xx
 
 
 def poisson(rng: random.Random, lam: float) -> int:
@@ -191,12 +192,16 @@ class ProcessState:
 
     rng: random.Random
     leak: bool
+    http_5xx_rate: float = 0.0  # 5xx answers per second once the fault is on (http_5xx)
     rss: float = RSS_BASE
     gc: list[float] = field(default_factory=lambda: list(_GC_START))
+    http_errors: float = 0.0
 
     def step(self, dt: float, fault_age: float) -> None:
         for i, rate in enumerate(_GC_RATE):
             self.gc[i] += poisson(self.rng, rate * dt)
+        if fault_age >= 0:
+            self.http_errors += poisson(self.rng, self.http_5xx_rate * dt)
         growth = RSS_LEAK_PER_MIN * fault_age / 60.0 if self.leak and fault_age >= 0 else 0.0
         jitter = self.rng.uniform(-1.0, 1.0) * 2 * 1024 * 1024
         self.rss = round(RSS_BASE * (1.0 + growth) + jitter)
@@ -237,7 +242,13 @@ class Fleet:
             for r in ranks
         ]
         leak = "rss_leak" in self.models.values()
-        self.process = ProcessState(rng=random.Random(f"genobs-sim:{seed}:process"), leak=leak)
+        # the engine still finishes every request it gets; the rejected ones come on top
+        errors = self.request_rate * len(self.models) * HTTP_5XX_SHARE / (1 - HTTP_5XX_SHARE)
+        self.process = ProcessState(
+            rng=random.Random(f"genobs-sim:{seed}:process"),
+            leak=leak,
+            http_5xx_rate=errors if "http_5xx" in self.models.values() else 0.0,
+        )
 
     @property
     def sim_time(self) -> float:
