@@ -13,6 +13,7 @@ from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
 from genobs.plan import capacity, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, signal_data
+from genobs.plan.annotations import build_annotations
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row
 from genobs.plan.inhibit import build_inhibit_rules
@@ -318,6 +319,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         variables=build_variables(ctx, rec),
         rows=_with_lead(_with_capacity(slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset),
         runbook_url=base_url if _absolute(base_url) else None,
+        annotations=build_annotations(ctx),
     )
     _check_panels(dashboard.rows, recorded)
     plan = Plan(

@@ -103,6 +103,19 @@ class Dashboard:
     variables: tuple[Variable, ...]
     rows: tuple[Row, ...]
     runbook_url: str | None = None  # an absolute runbook link shown on the dashboard
+    annotations: tuple[Annotation, ...] = ()
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """A Grafana annotation query: marks on every panel where `expr` returns a series."""
+
+    name: str
+    expr: str
+    title: str  # Grafana's titleFormat: {{label}} templates
+    text: str  # Grafana's textFormat
+    tags: tuple[str, ...]  # labels shown as annotation tags
+    colour: str
 
 
 @dataclass(frozen=True)

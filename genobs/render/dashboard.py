@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from genobs.plan.model import Annotation, Panel
 from genobs.plan.model import Dashboard as DashboardPlan
-from genobs.plan.model import Panel
 
 DATASOURCE = "${datasource}"
 
@@ -57,6 +57,22 @@ def _panel(panel: Panel, x: int, y: int):
     )
 
 
+def _annotation(a: Annotation) -> dict:
+    """A Prometheus annotation query as Grafana stores it: a mark wherever `expr` returns a series."""
+    return {
+        "datasource": DATASOURCE,
+        "enable": True,
+        "expr": a.expr,
+        "iconColor": a.colour,
+        "name": a.name,
+        "step": "60s",
+        "tagKeys": ",".join(a.tags),
+        "textFormat": a.text,
+        "titleFormat": a.title,
+        "useValueForTime": False,
+    }
+
+
 def render_dashboard(plan: DashboardPlan) -> dict:
     import grafanalib.core as g
     from grafanalib._gen import DashboardEncoder
@@ -101,6 +117,7 @@ def render_dashboard(plan: DashboardPlan) -> dict:
         time=g.Time("now-6h", "now"),
         templating=g.Templating(list=templates),
         panels=panels,
+        annotations=g.Annotations(list=[_annotation(a) for a in plan.annotations]),
         links=[g.DashboardLink(title="Runbook", type="link", uri=plan.runbook_url, icon="doc", targetBlank=True)]
         if plan.runbook_url
         else [],
