@@ -152,6 +152,24 @@ def test_thresholds_come_from_the_spec_not_from_a_copy(tmp_path: Path):
     assert speed["verdict"] == "pass" and speed["threshold"].startswith("≥ 10 tok/s/user")
 
 
+def test_a_run_without_its_workload_is_judged_with_a_warning(tmp_path: Path):
+    # vllm bench serve without token totals and duration: lengths and duration are unknown
+    doc = json.loads(VLLM.read_text())
+    for key in ("total_input_tokens", "total_output_tokens", "duration"):
+        del doc[key]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(doc))
+    result = run(bare, "--spec", SPECS / "agentic.yaml", "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    warnings = json.loads(result.stdout)["runs"][0]["warnings"]
+    stated = [w for w in warnings if w.startswith("workload not stated")]
+    assert stated and all(f in stated[0] for f in ("input length", "output length", "duration")), warnings
+    assert "concurrency" not in stated[0] and "request count" not in stated[0]  # still in the result
+    # the complete result warns about nothing of the kind
+    full = run(VLLM, "--spec", SPECS / "agentic.yaml", "--format", "json")
+    assert not [w for w in json.loads(full.stdout)["runs"][0]["warnings"] if w.startswith("workload not stated")]
+
+
 def test_batch_gate_passes_while_output_rises_and_fails_where_it_plateaus():
     rising = run(*SWEEP, "--spec", SPECS / "batch.yaml", "--format", "json")
     assert rising.exit_code == 0, rising.output
