@@ -146,7 +146,7 @@ def test_explain_alert_with_the_default_spec():
     assert "critical  TTFT p99 above 2.5s" in out and "warning   TTFT p99 above 1s" in out  # chat preset
     assert "[for 10m]" in out
     assert 'genobs:ttft_seconds:quantile_rate5m{job="vllm",quantile="0.99"} > 2.5' in out
-    assert "First action\n  If TTFT p99 degrades on its own" in out
+    assert "First action\n  Now: if a deploy, config or prompt-template change preceded it, roll it back" in out
     assert "Recorded series it reads" in out and "histogram_quantile(0.99" in out
 
 

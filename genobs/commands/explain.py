@@ -107,9 +107,9 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
     data = signal_data()
     rules = [a for a in plan.alerts if a.name == name]
     signal = rules[0].signal if rules else data["alerts"][name]["signal"]
-    info = _handbook(plan).get(name) or {
-        k: data["signals"].get(signal, {}).get(k) for k in ("title", "meaning", "first_action", "next_checks")
-    }
+    from genobs.plan.alerts import handbook
+
+    info = _handbook(plan).get(name) or handbook(data, name, signal)
     out = [f"{name} - {info.get('title') or signal} (signal {signal})", f"spec: {spec_label}", ""]
     out += ["What it watches", _wrap(info.get("meaning") or rules[0].summary if rules else info.get("meaning")), ""]
     if not rules:

@@ -12,16 +12,14 @@ from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
 from genobs.plan import capacity, slo
-from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, signal_data
+from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, handbook, preset_data, resolve, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.context import Context
-from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row
+from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row, threshold_steps
 from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry, Severity
 from genobs.plan.recording import build_recording
 from genobs.units import format_seconds
-
-_LINE_COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
 
 # feature -> (logical metric whose presence it needs, human explanation)
 _FEATURE_NEEDS = {
@@ -111,12 +109,14 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
 
 
 def _lines(alerts: list[AlertRule]) -> dict[str, tuple]:
-    """Thresholds of each signal's primary alert, drawn on its panel."""
+    """Thresholds of each signal's primary alert, drawn on its panel, red on the side that fires."""
     out: dict[str, list] = {}
+    bad: dict[str, str] = {}
     for a in alerts:
         if a.threshold is not None and a.name == _primary(a.signal):
-            out.setdefault(a.signal, []).append((_LINE_COLOURS[a.severity], a.threshold))
-    return {k: tuple(sorted(v, key=lambda x: x[1])) for k, v in out.items()}
+            out.setdefault(a.signal, []).append((a.severity, a.threshold))
+            bad[a.signal] = "below" if a.comparator == "<" else "above"
+    return {k: threshold_steps(v, bad[k]) for k, v in out.items()}
 
 
 def _primary(signal: str) -> str:
@@ -124,7 +124,7 @@ def _primary(signal: str) -> str:
 
 
 def _runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
-    signals = signal_data()["signals"]
+    data = signal_data()
     entries: dict[str, RunbookEntry] = {}
     for a in alerts:
         sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
@@ -132,14 +132,14 @@ def _runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
             e = entries[a.name]
             entries[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})
             continue
-        s = signals[a.signal]
+        s = handbook(data, a.name, a.signal)
         entries[a.name] = RunbookEntry(
             alert=a.name,
             anchor=naming.anchor(a.name),
             signal=a.signal,
             title=s["title"],
-            meaning=s["meaning"].strip(),
-            first_action=s["first_action"].strip(),
+            meaning=" ".join(s["meaning"].split()),
+            first_action=" ".join(s["first_action"].split()),
             next_checks=tuple(s["next_checks"]),
             severities=(sev,),
             summary=a.summary,

@@ -30,6 +30,18 @@ def preset_data() -> dict:
     return yaml.safe_load(resources.files("genobs.data").joinpath("presets.yaml").read_text(encoding="utf-8"))
 
 
+HANDBOOK = ("title", "meaning", "first_action", "next_checks")
+
+
+def handbook(data: dict, alert: str, signal: str) -> dict:
+    """The runbook text of one alert: its own meaning, first action and next checks where
+    the alert differs from the others of its signal (target down vs capacity lost, hung
+    replica vs fleet without progress), else its signal's."""
+    own = data["alerts"].get(alert, {})
+    base = data["signals"].get(signal, {})
+    return {k: own.get(k, base.get(k)) for k in HANDBOOK}
+
+
 _PARSERS = {"seconds": parse_seconds, "ratio": parse_ratio, "number": parse_number}
 
 

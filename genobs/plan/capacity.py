@@ -14,7 +14,7 @@ import yaml
 
 from genobs import naming
 from genobs import promql as q
-from genobs.plan.alerts import format_threshold, labels_template
+from genobs.plan.alerts import format_threshold, handbook, labels_template
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, Row, RunbookEntry, Severity
 from genobs.plan.recording import Recorder
@@ -397,7 +397,7 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
 
 
 def runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
-    signals = capacity_data()["signals"]
+    data = capacity_data()
     out: dict[str, RunbookEntry] = {}
     for a in alerts:
         sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
@@ -405,7 +405,7 @@ def runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
             e = out[a.name]
             out[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})
             continue
-        s = signals[a.signal]
+        s = handbook(data, a.name, a.signal)
         out[a.name] = RunbookEntry(
             alert=a.name,
             anchor=naming.anchor(a.name),

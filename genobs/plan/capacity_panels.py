@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from genobs import promql as q
 from genobs.plan.context import Context
+from genobs.plan.dashboard import threshold_steps
 from genobs.plan.model import Panel, Row, Target
 
 _WEEK = 7 * 86400
@@ -73,7 +74,7 @@ def goodput_row(ctx: Context, names: dict[str, str], objective: float | None, ef
                 "each request; the bounds come from vLLM's separate histograms.",
                 "percentunit",
                 tuple(share),
-                thresholds=(("orange", objective),) if objective is not None else (),
+                thresholds=threshold_steps((("warning", objective),), "below") if objective is not None else (),
                 max=1,
             )
         )
@@ -85,7 +86,7 @@ def goodput_row(ctx: Context, names: dict[str, str], objective: float | None, ef
                 "below about 0.7 the queue fills faster than the GPUs drain it. No value while the queue drains.",
                 "none",
                 (Target(s("efficiency"), s.legend("efficiency")),),
-                thresholds=(("orange", eff_line),) if eff_line is not None else (),
+                thresholds=threshold_steps((("warning", eff_line),), "below") if eff_line is not None else (),
                 min=0,
             )
         )
@@ -111,7 +112,7 @@ def headroom_row(ctx: Context, names: dict[str, str], max_num_seqs: int | None, 
                 "At the limit new requests wait even with free KV blocks.",
                 "short",
                 (Target(s("running_per_engine"), s.legend("running (fullest engine)")),),
-                thresholds=(("red", float(max_num_seqs or 0)),),
+                thresholds=threshold_steps((("critical", float(max_num_seqs or 0)),), "above"),
                 min=0,
             )
         )

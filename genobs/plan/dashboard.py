@@ -8,6 +8,26 @@ from genobs.plan.context import Context
 from genobs.plan.model import Panel, Row, Target, Variable
 from genobs.plan.recording import QUANTILES, Recorder
 
+_COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
+
+
+def threshold_steps(levels, bad: str) -> tuple[tuple[str, float | None], ...]:
+    """Grafana steps for alert levels ((severity, value), ...) with the bad side red.
+    A step's colour applies from its value upward, so for `bad="above"` (latency, queue) the
+    base is green and each level's colour starts at its threshold; for `bad="below"` (speed,
+    SLI, success, acceptance) the base is red, each threshold starts the next milder colour
+    and green starts at the mildest threshold. The far bad side is red even when the alert
+    only warns (a low acceptance alpha is bad however it is paged)."""
+    ordered = sorted(levels, key=lambda x: x[1])
+    if not ordered:
+        return ()
+    colours = [_COLOURS[sev] for sev, _ in ordered]
+    if bad == "above":
+        colours[-1] = "red"
+        return (("green", None), *zip(colours, (value for _, value in ordered)))
+    colours = ["red", *colours[1:], "green"]
+    return (("red", None), *((colours[i + 1], value) for i, (_, value) in enumerate(ordered)))
+
 
 class PanelMaker:
     def __init__(self, ctx: Context, rec: Recorder):
@@ -38,7 +58,7 @@ class PanelMaker:
 
 
 def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -> tuple[Row, ...]:
-    """`lines`: signal -> ((colour, value), ...) alert thresholds to draw."""
+    """`lines`: signal -> threshold steps (threshold_steps) of its primary alert."""
     p = PanelMaker(ctx, rec)
     rows: list[Row] = []
 
@@ -57,7 +77,9 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         p.single(
             "success_ratio",
             "Success rate",
-            "Share of finished requests with finished_reason=stop. Healthy >= 99.5 %; sustained < 98 % is an emergency.",
+            "Share of requests the server did not fail: 1 - (error finishes + HTTP 5xx + admission rejections, "
+            "where the version has them) / attempts. Length finishes and client aborts are not failures. Healthy "
+            ">= 99.5 %; sustained < 98 % is an emergency.",
             "percentunit",
             "success",
             thresholds=lines.get("success", ()),

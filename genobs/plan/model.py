@@ -51,7 +51,9 @@ class Panel:
     unit: str
     targets: tuple[Target, ...]
     kind: str = "timeseries"  # timeseries | heatmap
-    thresholds: tuple[tuple[str, float], ...] = ()  # (colour, value) lines drawn on the graph
+    # Grafana threshold steps (colour, value from which it applies), the first with value
+    # None (the colour below every line): see dashboard.threshold_steps
+    thresholds: tuple[tuple[str, float | None], ...] = ()
     width: int = 12
     min: float | None = None
     max: float | None = None

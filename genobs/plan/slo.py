@@ -15,6 +15,7 @@ from genobs import promql as q
 from genobs.plan import liveness
 from genobs.plan.alerts import labels_template
 from genobs.plan.context import Context
+from genobs.plan.dashboard import threshold_steps
 from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, Target
 from genobs.units import format_percent, format_seconds, parse_ratio, parse_seconds, prom_duration_seconds
 
@@ -30,13 +31,14 @@ SPEED_TEXT = {
     "fast": (
         "The error budget burns fast: at this pace the whole budget of the period is gone in hours to days. "
         "Users are being hurt now.",
-        "Treat as an incident: find what changed (deploy, traffic shift, node loss) and roll back or shed load; "
-        "then follow the runbook section of the signal's own alert.",
+        "Now: treat it as an incident: roll back what changed (deploy, config), shed load or scale out after a "
+        "traffic shift or node loss. Then follow the runbook section of the signal's own alert.",
     ),
     "slow": (
         "The error budget burns slowly but steadily: the SLO will be missed this period if nothing changes.",
-        "Open a ticket: compare the SLI over the last days with the dashboard's latency and finish-reason panels, "
-        "and plan capacity or configuration work before the budget runs out.",
+        "Now: if the burn started with a deploy or config change, roll it back; otherwise open a ticket. Then "
+        "compare the SLI over the last days with the dashboard's latency and finish-reason panels, and plan "
+        "capacity or configuration work before the budget runs out.",
     ),
 }
 
@@ -401,7 +403,8 @@ def _unavailable(ctx: Context, slo, window: str, base_url: str, team: str | None
         "because the engine runs with --custom-histogram-buckets that leave it out (or a new release changed the "
         "defaults). Good events cannot be counted, so the burn-rate alerts of this SLO stay silent whatever "
         "users see.",
-        "first_action": f"Restart the engine with {slo.threshold} among its histogram buckets, or move the SLO's "
+        "first_action": f"Now: restart the engine with {slo.threshold} among its histogram buckets (or roll back "
+        "the deploy that changed them). Then, if that bound is gone for good, move the SLO's "
         "threshold (and `buckets:` in the spec) to a bound the engine exports; until then judge the SLI from the "
         "latency panels.",
         "next_checks": [
@@ -427,7 +430,6 @@ def _slo_row(ctx: Context, slo, objective: float, windows: list[str], table: lis
         for w in (windows[0], "1h")
         if w in windows
     )
-    colours = {"critical": "red", "warning": "orange", "info": "blue"}
     return Row(
         f"SLO {slo.name}",
         (
@@ -436,7 +438,7 @@ def _slo_row(ctx: Context, slo, objective: float, windows: list[str], table: lis
                 f"Share of good events ({slo.sli}) against the objective {format_percent(objective)}.",
                 "percentunit",
                 sli_targets,
-                thresholds=(("red", objective),),
+                thresholds=threshold_steps((("critical", objective),), "below"),
                 width=8,
             ),
             Panel(
@@ -444,7 +446,7 @@ def _slo_row(ctx: Context, slo, objective: float, windows: list[str], table: lis
                 "Share of the period's error budget still unspent (1 = untouched, 0 = exhausted, below 0 = SLO missed).",
                 "percentunit",
                 (Target(s(naming.record("slo_error_budget", f"remaining_{slo.period}")), legend or "remaining"),),
-                thresholds=(("red", 0.0),),
+                thresholds=threshold_steps((("critical", 0.0),), "below"),
                 width=8,
             ),
             Panel(
@@ -452,9 +454,7 @@ def _slo_row(ctx: Context, slo, objective: float, windows: list[str], table: lis
                 "Error-budget burn rate per window (1 = exactly the sustainable rate). Lines: alert factors.",
                 "none",
                 tuple(Target(s(naming.record("slo_burn_rate", f"rate{w}")), f"{legend} {w}".strip()) for w in windows),
-                thresholds=tuple(
-                    sorted({(colours[r["severity"]], float(r["factor"])) for r in table}, key=lambda x: x[1])
-                ),
+                thresholds=threshold_steps(sorted({(r["severity"], float(r["factor"])) for r in table}), "above"),
                 width=8,
             ),
         ),

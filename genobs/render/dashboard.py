@@ -34,8 +34,10 @@ def _panel(panel: Panel, x: int, y: int):
             tooltip=g.Tooltip(),
             legend={"show": False},
         )
-    steps = [{"color": "green", "value": None}]
-    steps += [{"color": colour, "value": value} for colour, value in panel.thresholds]
+    # the plan's steps start with the base colour (value None); green below everything otherwise
+    base = [] if panel.thresholds and panel.thresholds[0][1] is None else [("green", None)]
+    steps = [{"color": colour, "value": value} for colour, value in (*base, *panel.thresholds)]
+    lines = any(value is not None for _, value in panel.thresholds)
     kwargs = {}
     if panel.min is not None:
         kwargs["valueMin"] = panel.min
@@ -49,7 +51,8 @@ def _panel(panel: Panel, x: int, y: int):
         gridPos=pos,
         unit=panel.unit,
         thresholds=steps,
-        thresholdsStyleMode="line" if panel.thresholds else "off",
+        # lines at the thresholds and the regions between them shaded: red on the side that fires
+        thresholdsStyleMode="line+area" if lines else "off",
         legendDisplayMode="table",
         legendPlacement="bottom",
         legendCalcs=["lastNotNull", "max"],
