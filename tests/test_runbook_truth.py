@@ -128,3 +128,31 @@ def test_dashboard_threshold_colours_are_red_on_the_side_that_fires(path):
         assert colour_at(steps, best) == "green", (panel["title"], steps)
         assert defaults["custom"]["thresholdsStyle"]["mode"] != "off"
     assert checked >= 8
+
+
+def section(runbook: str, alert: str) -> str:
+    start = runbook.index(f"\n## {alert}\n")
+    end = runbook.find("\n## ", start + 1)
+    return runbook[start : end if end > 0 else None]
+
+
+def test_slo_burn_sections_show_every_window_of_the_alert_with_its_factor():
+    from genobs.render.runbook import render_runbook
+
+    p = plan(next(s for s in SPECS if s.stem == "chat"))
+    text = render_runbook(p, "chat")
+    burns = [a for a in p.alerts if "ErrorBudgetBurn" in a.name]
+    assert len(burns) >= 4
+    for alert in burns:
+        # (window, factor) of every comparison in the rule itself: "genobs:slo_burn_rate:rate1h{...} > 14.4"
+        pairs = re.findall(r"genobs:slo_burn_rate:rate(\w+)\{[^}]*\} > ([\d.]+)", alert.expr)
+        assert len(pairs) == 4, alert.expr  # two long/short pairs per alert
+        body = section(text, alert.name)
+        for window, factor in pairs:
+            assert re.search(rf"\| (long|short) {window} \| > {re.escape(factor)} \| `genobs:slo_burn_rate:rate{window}\{{", body), (
+                alert.name,
+                window,
+                factor,
+            )
+        every = re.search(r"```promql\n(\{__name__=~\"[^\n]+)\n```", body).group(1)
+        assert sorted(re.findall(r"genobs:slo_burn_rate:rate(\w+)", every)) == sorted(w for w, _ in pairs)

@@ -348,7 +348,20 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded_buck
                         f"Error budget remaining over {slo.period} on the SLO row.",
                         f"The `{signal}` panels and alerts: which part of the service degrades.",
                     ],
-                    "confirm": "Burn rate over the alert windows:",
+                    "confirm": "It fires when both windows of a pair burn faster than the pair's factor "
+                    f"(and the long window has at least {ctx.min_request_rate:g} req/s). Burn rate per window, "
+                    "each against its factor:",
+                    "windows": [
+                        {
+                            "long": row["long"],
+                            "short": row["short"],
+                            "factor": f"{row['factor']:g}",
+                            "long_query": own(naming.record("slo_burn_rate", f"rate{row['long']}")),
+                            "short_query": own(naming.record("slo_burn_rate", f"rate{row['short']}")),
+                        }
+                        for row in pairs
+                    ],
+                    "windows_query": _all_windows(own, [w for row in pairs for w in (row["long"], row["short"])]),
                     "query": own(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}")),
                     "panel": f"SLO {slo.name}",
                 }
@@ -360,6 +373,13 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded_buck
             runbook.append(found[1])
         rows.append(_slo_row(ctx, slo, objective, windows, table))
     return SloPlan(tuple(rules), tuple(rows), tuple(runbook), tuple(long_rules))
+
+
+def _all_windows(own, windows: list[str]) -> str:
+    """One query for the burn rate of every window an alert reads (legend: the series name)."""
+    names = [naming.record("slo_burn_rate", f"rate{w}") for w in dict.fromkeys(windows)]
+    sel = own(names[0])
+    return "{" + f"__name__=~{q.quote(q.any_of(names))}," + sel[len(names[0]) + 1 :]
 
 
 def _unavailable(ctx: Context, slo, window: str, base_url: str, team: str | None, objective: str, unit: str):
