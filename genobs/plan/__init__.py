@@ -14,6 +14,7 @@ from genobs.loader import SpecDocument, sort_problems
 from genobs.plan import capacity, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, handbook, preset_data, resolve, signal_data
 from genobs.plan.annotations import build_annotations
+from genobs.plan.confirm import confirm_queries
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row, threshold_steps
 from genobs.plan.inhibit import build_inhibit_rules
@@ -123,7 +124,7 @@ def _primary(signal: str) -> str:
     return next(n for n, a in signal_data()["alerts"].items() if a["signal"] == signal and a.get("primary"))
 
 
-def _runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
+def _runbook(alerts: list[AlertRule], ctx: Context, rec) -> tuple[RunbookEntry, ...]:
     data = signal_data()
     entries: dict[str, RunbookEntry] = {}
     for a in alerts:
@@ -146,6 +147,7 @@ def _runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
             query=a.query,
             panel=a.panel,
             expr=a.expr,
+            confirm=confirm_queries(ctx, rec, a.name),
         )
     return tuple(entries.values())
 
@@ -336,7 +338,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         group_by=ctx.group,
         groups=groups,
         dashboard=dashboard,
-        runbook=_runbook(alerts) + (cap.runbook if cap else ()),
+        runbook=_runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
         slo_runbook=slos.runbook,
         unit_tests=unit_tests,
         warnings=tuple(_runbook_notes(base_url))

@@ -93,6 +93,7 @@ class RunbookEntry:
     query: str
     panel: str
     expr: str
+    confirm: tuple[tuple[str, str], ...] = ()  # (what it shows, PromQL) per instance/engine
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,134 @@
+"""Runbook confirm queries (part of the `plan` stage): what on-call pastes into Prometheus
+to see which replica is affected. Recorded series are aggregated per model (cheap for
+dashboards and rules), so these read the raw series, broken down by `instance` and, for
+engine series on versions that carry it, by `engine` (the data-parallel rank). They run
+once, by hand, so their cost does not matter; the recorded per-model series the alert
+compares stay in the section too."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from genobs import promql as q
+from genobs.plan import liveness
+from genobs.plan.context import Context
+
+if TYPE_CHECKING:
+    from genobs.plan.recording import Recorder
+
+Query = tuple[str, str]  # (what it shows, PromQL)
+
+_LATENCY = {
+    "VllmTtftP99High": ("ttft", "TTFT p99"),
+    "VllmItlP99High": ("itl", "inter-token latency p99"),
+    "VllmE2eLatencyP99High": ("e2e", "end-to-end latency p99"),
+    "VllmQueueTimeP99High": ("queue_time", "queue time p99"),
+    "VllmNixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time p99"),
+}
+
+
+def replica_labels(ctx: Context, key: str) -> tuple[str, ...]:
+    """The spec's grouping labels, `instance`, and `engine` where the series carries it."""
+    labels = liveness.replica_labels(ctx)
+    if ctx.version >= ctx.catalog.engine_label_since and ctx.catalog.metric(key).engine_label:
+        labels = (*labels, "engine")
+    return labels
+
+
+def _where(labels: tuple[str, ...]) -> str:
+    return "per instance and engine" if "engine" in labels else "per instance"
+
+
+def _rate(ctx: Context, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
+    return q.sum_by(replica_labels(ctx, key), ctx.rate(key, suffix, extra))
+
+
+def _finish_share(ctx: Context, reasons: tuple[str, ...], what: str) -> Query:
+    labels = replica_labels(ctx, "request_success")
+    part = _rate(ctx, "request_success", extra=(("finished_reason", "=~", q.any_of(reasons)),))
+    total = _rate(ctx, "request_success")
+    return f"{what} {_where(labels)}", q.ratio(f"{part} or {total} * 0", total)
+
+
+def _success(ctx: Context) -> list[Query]:
+    out = []
+    reasons = liveness.failed_reasons(ctx)
+    if reasons:
+        out.append(_finish_share(ctx, reasons, f"share of finishes that failed ({', '.join(reasons)})"))
+    if ctx.has("http_requests"):
+        # the API server's series carry no engine (nor model_name): per scrape target
+        http = liveness._http(ctx, "5xx")
+        out.append(("HTTP 5xx answers per second per instance", q.sum_by(ctx.process_group, q.rate(http, ctx.window))))
+    if ctx.has("admission_rejections"):
+        labels = replica_labels(ctx, "admission_rejections")
+        out.append((f"admission rejections per second {_where(labels)}", _rate(ctx, "admission_rejections")))
+    return out
+
+
+def _speed(ctx: Context) -> Query:
+    if ctx.version >= ctx.catalog.per_request_tpot_since:
+        labels = replica_labels(ctx, "tpot")
+        expr = q.ratio(_rate(ctx, "tpot", "_count"), _rate(ctx, "tpot", "_sum"))
+    else:
+        labels = replica_labels(ctx, "generation_length")
+        decoded = f"{_rate(ctx, 'generation_length', '_sum')} - {_rate(ctx, 'generation_length', '_count')}"
+        expr = q.ratio(decoded, _rate(ctx, "decode_time", "_sum"))
+    return f"output tok/s per user {_where(labels)}", expr
+
+
+def _gauge(ctx: Context, key: str, op: str, what: str) -> Query:
+    labels = replica_labels(ctx, key)
+    return f"{what} {_where(labels)}", f"{op} {q.by(labels)} ({ctx.raw(key)})"
+
+
+def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...]:
+    """Per-replica queries for one alert; () when the alert has none (fleet-wide capacity signals)."""
+    r = rec
+    if alert in _LATENCY:
+        key, what = _LATENCY[alert]
+        labels = replica_labels(ctx, key)
+        return ((f"{what} {_where(labels)}", q.quantile(0.99, labels, ctx.rate(key, "_bucket"))),)
+    if alert == "VllmLengthFinishRatioHigh":
+        return (_finish_share(ctx, ("length",), "share of length finishes"),)
+    if alert == "VllmAbortRatioHigh":
+        return (_finish_share(ctx, ("abort",), "share of aborted requests"),)
+    if alert == "VllmSuccessRatioLow":
+        return tuple(_success(ctx))
+    if alert == "VllmKvCacheSaturated":
+        return (
+            _gauge(ctx, "kv_cache_usage", "max", "KV-cache usage"),
+            _gauge(ctx, "requests_waiting", "sum", "waiting requests"),
+        )
+    if alert == "VllmPreemptionsSustained":
+        labels = replica_labels(ctx, "preemptions")
+        return ((f"preemptions per second {_where(labels)}", _rate(ctx, "preemptions")),)
+    if alert == "VllmRequestsWaitingHigh":
+        return (_gauge(ctx, "requests_waiting", "sum", "waiting requests"),)
+    if alert == "VllmOutputSpeedPerUserLow":
+        return (_speed(ctx),)
+    if alert == "VllmSpecDecodeAcceptanceLow":
+        labels = replica_labels(ctx, "spec_decode_drafts")
+        first = _rate(ctx, "spec_decode_accepted_per_pos", extra=(("position", "=", "0"),))
+        return ((f"acceptance alpha {_where(labels)}", q.ratio(first, _rate(ctx, "spec_decode_drafts"))),)
+    if alert == "VllmNixlTransfersFailing":
+        labels = replica_labels(ctx, "nixl_failed_transfers")
+        return ((f"failed NIXL transfers per second {_where(labels)}", _rate(ctx, "nixl_failed_transfers")),)
+    if alert == "VllmApiServerRssGrowing":
+        rss = r.ref("process_rss")
+        return (("resident memory growth per hour per instance", f"deriv({rss}[30m]) * 3600 / {rss}"),)
+    if alert in ("VllmTargetDown", "VllmServingCapacityLost"):
+        return (("scrape health per instance (0 = down)", ctx.up()),)
+    if alert == "VllmMetricsAbsent":
+        engine = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
+        return (
+            ("scrape health per instance (0 = down)", ctx.up()),
+            ("engine series per instance (none: the instance exports no engine metrics)", f"count by (instance) ({engine})"),
+        )
+    if alert in ("VllmEngineHung", "VllmFleetNoProgress", "VllmMetricsFrozen"):
+        out: list[Query] = []
+        if alert == "VllmMetricsFrozen" and "process_http_ok" in r.names:
+            out.append(("completions answered with 2xx per second per instance", r.ref("process_http_ok")))
+        out.append(("requests running or waiting per instance", r.ref("replica_active")))
+        out.append(("tokens generated + requests finished per second per instance", r.ref("replica_progress")))
+        return tuple(out)
+    return ()
