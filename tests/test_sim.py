@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -117,6 +118,8 @@ def expected_created(v: tuple) -> set[str]:
 
 
 COUNTED = ("_total", "_bucket", "_sum", "_count")
+# the API server's process series in vLLM's exposition: one RSS, one start time, GC per generation
+PROCESS_SERIES = {("process_rss", ""), ("process_start_time", ""), *(("gc_collections", g) for g in "012")}
 
 
 def test_scenarios_listed_once() -> None:
@@ -212,7 +215,10 @@ def test_exposition_matches_catalog(version: str) -> None:
             assert per_series[-1] == "+Inf"
             assert tuple(float(x) for x in per_series[:-1]) == m.buckets_for(v), n
     process = [s for s in samples if by_name[s.name][0].process and by_name[s.name][0].key != "http_requests"]
-    assert sorted(s.labels.get("generation", "") for s in process) == ["", "0", "1", "2"]
+    by_key = sorted((by_name[s.name][0].key, s.labels.get("generation", "")) for s in process)
+    assert by_key == [(k, g) for k, g in sorted(PROCESS_SERIES)], by_key
+    start = next(s.value for s in process if by_name[s.name][0].key == "process_start_time")
+    assert abs(start - time.time()) < 3600  # Unix seconds of the exporter's start, as prometheus_client reports
     http = [s for s in samples if by_name[s.name][0].key == "http_requests"]
     if CAT.name("http_requests", v):
         # the API server answered every request the engines finished, as 2xx on the chat handler
@@ -421,7 +427,9 @@ def test_deterministic_given_seed() -> None:
         clock = Clock()
         sim = Simulator("0.11.0", {"x": "healthy", "y": "abort_surge"}, seed=seed, clock=clock)
         clock.t = 20.0
-        return [line for line in sim.render().decode().splitlines() if "_created" not in line]
+        # `_created` and the process start time are wall-clock seconds of the exporter's start, as in vLLM
+        wall = ("_created", "process_start_time_seconds")
+        return [line for line in sim.render().decode().splitlines() if not any(w in line for w in wall)]
 
     assert body(3) == body(3)
     assert body(3) != body(4)
