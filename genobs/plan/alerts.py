@@ -251,14 +251,14 @@ class AlertBuilder:
             series = r.ref("spec_alpha")
             return f"{series} {op} {t} {self._traffic_gate()}", series, "Speculative-decoding acceptance alpha"
         if a.name == "VllmKvCacheSaturated":
-            series = r.ref("kv_cache_usage")
-            waiting = f"{r.ref('waiting')} > 0"
-            return f"{series} {op} {t} and {q.on(ctx.group)} {waiting}", series, "KV cache usage"
+            # KV usage of the engines with requests waiting (paired per engine in the recording rule)
+            series = r.ref("kv_cache_usage_queueing")
+            return f"{series} {op} {t}", series, "KV cache usage"
         if a.name == "VllmPreemptionsSustained":
-            series = r.ref("preemptions")
-            return f"{series} {op} {t}", series, "Preemptions"
+            series = r.ref("preemptions_per_request")
+            return f"{series} {op} {t} {self._traffic_gate()}", series, "Preemptions"
         if a.name == "VllmRequestsWaitingHigh":
-            series = r.ref("waiting")
+            series = r.ref("waiting_per_replica")
             return f"{series} {op} {t}", series, "Running vs waiting requests"
         if a.name == "VllmApiServerRssGrowing":
             rss = r.ref("process_rss")

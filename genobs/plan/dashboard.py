@@ -230,17 +230,21 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         ),
         Panel(
             "Running vs waiting requests",
-            "Requests in the running batch and in the queue. Rising waiting at constant running means the KV pool or max_num_seqs limits, not CPU.",
+            "Requests in the running batch and in the queue, and the queue per replica serving the model (the waiting alert's lines apply to it). Rising waiting at constant running means the KV pool or max_num_seqs limits, not CPU.",
             "short",
-            (Target(p.sel("running"), p.legend("running")), Target(p.sel("waiting"), p.legend("waiting"))),
+            (
+                Target(p.sel("running"), p.legend("running")),
+                Target(p.sel("waiting"), p.legend("waiting")),
+                Target(p.sel("waiting_per_replica"), p.legend("waiting per replica")),
+            ),
             thresholds=lines.get("waiting_requests", ()),
         ),
         p.single(
-            "preemptions",
+            "preemptions_per_request",
             "Preemptions",
-            "Requests preempted per second to free KV blocks. Anything sustained above 0 wastes GPU time.",
-            "ops",
-            "preemptions/s",
+            "Preemptions per finished request: the share of requests evicted to free KV blocks and recomputed.",
+            "percentunit",
+            "preemptions per request",
             thresholds=lines.get("preemptions", ()),
         ),
     ]

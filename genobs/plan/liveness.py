@@ -19,6 +19,14 @@ def replica_labels(ctx: Context) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*ctx.group, "instance")))
 
 
+def engine_labels(ctx: Context) -> tuple[str, ...]:
+    """One engine (data-parallel rank) of a replica: its own KV pool and scheduler queue. vLLM
+    labels engine series with `engine` from 0.8.3; before, a replica has one engine."""
+    if ctx.version >= ctx.catalog.engine_label_since:
+        return (*replica_labels(ctx), "engine")
+    return replica_labels(ctx)
+
+
 def failed_reasons(ctx: Context) -> tuple[str, ...]:
     """finished_reason values that mean the server failed. vLLM has `error` from 0.13; before
     0.8.3 there is no HTTP status either, so `abort` (client or internal) is all there is."""

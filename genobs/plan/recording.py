@@ -9,7 +9,7 @@ from genobs.plan import liveness
 from genobs.plan.context import Context
 from genobs.plan.model import RecordingRule
 
-_INSTANT = frozenset({"max", "sum", "count", "bytes"})
+_INSTANT = frozenset({"max", "sum", "count", "bytes", "avg"})
 QUANTILES = (0.5, 0.9, 0.99)
 # histogram key -> recorded subject
 LATENCIES = {
@@ -160,10 +160,25 @@ def _decomposition(r: Recorder) -> None:
 def _engine(r: Recorder) -> None:
     ctx = r.ctx
     g = ctx.group
-    r.add("kv_cache_usage", "kv_cache_usage", "max", q.max_by(g, ctx.raw("kv_cache_usage")))
+    kv, waiting = ctx.raw("kv_cache_usage"), ctx.raw("requests_waiting")
+    r.add("kv_cache_usage", "kv_cache_usage", "max", q.max_by(g, kv))
+    # each engine (data-parallel rank) has its own KV pool and scheduler queue: a full cache is
+    # saturation only where requests wait behind it, so pair the two per engine before taking the max
+    queueing = f"{kv} and {q.on(liveness.engine_labels(ctx))} {waiting} > 0"
+    r.add("kv_cache_usage_queueing", "kv_cache_usage_with_waiting", "max", q.max_by(g, queueing))
     r.add("running", "requests_running", "sum", q.sum_by(g, ctx.raw("requests_running")))
-    r.add("waiting", "requests_waiting", "sum", q.sum_by(g, ctx.raw("requests_waiting")))
+    r.add("waiting", "requests_waiting", "sum", q.sum_by(g, waiting))
+    # the fleet's queue spread over the replicas that serve the model: a total ignores replica count
+    per_replica = q.sum_by(liveness.replica_labels(ctx), waiting)
+    r.add("waiting_per_replica", "requests_waiting_per_replica", "avg", f"avg {q.by(g)} ({per_replica})")
     r.add("preemptions", "preemptions", "rate", ctx.sum_rate("preemptions"))
+    # preemptions per finished request: the share of work recomputed, comparable across fleet sizes
+    r.add(
+        "preemptions_per_request",
+        "preemptions_per_finished_request",
+        "ratio",
+        q.ratio(r.ref("preemptions"), r.ref("finished")),
+    )
     if "prefix_caching" in ctx.features:
         if ctx.has("prefix_cache_hits"):
             expr = q.ratio(ctx.sum_rate("prefix_cache_hits"), ctx.sum_rate("prefix_cache_queries"))

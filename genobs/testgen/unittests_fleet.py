@@ -278,7 +278,7 @@ def _gauge(value: float, minutes: int, step: float = 0.0) -> str:
     return f"{num(value)}{sign}{num(abs(step))}x{minutes}"
 
 
-def _split(total: int, ranks: int) -> list[int]:
+def split_over_ranks(total: int, ranks: int) -> list[int]:
     return [total // ranks + (1 if i < total % ranks else 0) for i in range(ranks)]
 
 
@@ -367,9 +367,9 @@ def hist_sum_rate(ctx: Context, fleet: Fleet, key: str) -> Fraction:
 
 def _gauge_value(key: str, fleet: Fleet, rank: int, ranks: int) -> float:
     if key == "requests_running":
-        return _split(fleet.running, ranks)[rank]
+        return split_over_ranks(fleet.running, ranks)[rank]
     if key == "requests_waiting":
-        return _split(fleet.waiting, ranks)[rank]
+        return split_over_ranks(fleet.waiting, ranks)[rank]
     if key == "kv_cache_usage":
         return fleet.kv[0] if rank == 0 else fleet.kv[1]
     if key == "spec_decode_acceptance_gauge":

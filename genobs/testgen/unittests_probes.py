@@ -30,6 +30,7 @@ from genobs.testgen.unittests_fleet import (
     hist_sum_rate,
     observations,
     quantile_of,
+    split_over_ranks,
 )
 
 
@@ -231,9 +232,17 @@ def _kv_fault(env: Env, fleet: Fleet, k: object) -> Fleet:
     return _with(fleet, kv=(k / 1000, fleet.kv[1]), waiting=max(fleet.waiting, 1))
 
 
+def _kv_value(env: Env, fleet: Fleet, at: int) -> float:
+    """The fullest KV pool among the engines with requests waiting (the waiting split over ranks)."""
+    waiting = split_over_ranks(fleet.waiting, env.ranks)
+    queueing = [fleet.kv[0] if i == 0 else fleet.kv[1] for i in range(env.ranks) if waiting[i] > 0]
+    # no engine queues: the recorded series has no sample, so the alert cannot fire (as if 0)
+    return max(queueing) if queueing else 0.0
+
+
 _KV = Probe(
     "group",
-    lambda env, fleet, at: max(fleet.kv) if env.ranks > 1 else fleet.kv[0],
+    _kv_value,
     _kv_fault,
     lambda env, _: range(round((env.healthy.kv[0] if env.healthy else 0) * 1000) + 1, 1001),
 )
@@ -244,11 +253,16 @@ def _quarter_steps(_: Env, thresholds: tuple[float, ...]) -> list[float]:
     return sorted({(math.floor(t * 4) + 1) / 4 for t in thresholds if t >= 0})
 
 
+def _preemption_steps(_: Env, thresholds: tuple[float, ...]) -> list[float]:
+    """Preemptions/s just above each threshold share of the fleet's finished requests."""
+    return sorted({(math.floor(t * REQUESTS * 4) + 1) / 4 for t in thresholds if t >= 0})
+
+
 _PREEMPTIONS = Probe(
     "group",
-    lambda env, fleet, at: env.rate(fleet.preemptions, at),
+    lambda env, fleet, at: env.rate(fleet.preemptions, at) / env.finish_rate(fleet, env.all_reasons(), at),
     lambda env, fleet, r: _with(fleet, preemptions=r),
-    _quarter_steps,
+    _preemption_steps,
 )
 _NIXL_FAILED = Probe(
     "group",
