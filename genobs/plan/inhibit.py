@@ -1,23 +1,38 @@
-"""Alertmanager inhibition rules (part of the `plan` stage): a critical alert
-silences the warning of the same alert and labels; a fast SLO burn silences the
-slow burn of the same SLO."""
+"""Alertmanager inhibition rules (part of the `plan` stage), so one incident pages once:
+- a critical alert silences the warning of the same alert and labels;
+- a fast SLO burn silences the slow burn of the same SLO;
+- an SLO burn silences the threshold alerts of the same signal and labels (a fast burn every
+  severity, a slow burn warnings): the burn already says users are hurt on that signal;
+- a hang silences its symptoms (queue, waiting, TTFT, E2E, KV saturation; the list is
+  `hang_symptoms` in signals.yaml): VllmEngineHung those of its own instance (alerts that
+  carry `instance`), VllmFleetNoProgress those of its model.
+Every rule is restricted to this spec's alert names and selector."""
 
 from __future__ import annotations
 
 from genobs import promql as q
+from genobs.plan.alerts import signal_data
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule
+
+_BURNS = ("ErrorBudgetBurnFast", "ErrorBudgetBurnSlow")
 
 
 def _matcher(label: str, op: str, value: str) -> str:
     return f"{label}{op}{q.quote(value)}"
 
 
+def _names(names: set[str]) -> str:
+    return _matcher("alertname", "=~", q.any_of(sorted(names)))
+
+
+def _slo(a: AlertRule) -> bool:
+    return any(label == "slo" for label, _ in a.labels)
+
+
 def build_inhibit_rules(ctx: Context, alerts: list[AlertRule]) -> tuple[dict, ...]:
-    # restrict every rule to this spec's alerts: its alert names and selector labels
     fixed = [_matcher(k, "=", v) for k, v in ctx.selector]
-    names = sorted({a.name for a in alerts})
-    own = _matcher("alertname", "=~", q.any_of(names))
+    own = _names({a.name for a in alerts})
     rules = [
         {
             "source_matchers": [own, 'severity="critical"', *fixed],
@@ -25,14 +40,42 @@ def build_inhibit_rules(ctx: Context, alerts: list[AlertRule]) -> tuple[dict, ..
             "equal": ["alertname", *ctx.group],
         }
     ]
-    fast = sorted({a.name for a in alerts if a.name.endswith("ErrorBudgetBurnFast")})
-    slow = sorted({a.name for a in alerts if a.name.endswith("ErrorBudgetBurnSlow")})
+    fast = {a.name for a in alerts if a.name.endswith(_BURNS[0])}
+    slow = {a.name for a in alerts if a.name.endswith(_BURNS[1])}
     if fast and slow:
         rules.append(
             {
-                "source_matchers": [_matcher("alertname", "=~", q.any_of(fast)), *fixed],
-                "target_matchers": [_matcher("alertname", "=~", q.any_of(slow)), *fixed],
+                "source_matchers": [_names(fast), *fixed],
+                "target_matchers": [_names(slow), *fixed],
                 "equal": ["slo", *ctx.group],
             }
         )
+    # threshold alerts (no `slo` label) of the signals an SLO burns on
+    burned = {a.signal for a in alerts if a.name in fast | slow}
+    thresholds = {a.name for a in alerts if a.signal in burned and not _slo(a)}
+    for burns, severities in ((fast, ""), (slow, "warning|info")):
+        if burns and thresholds:
+            target = [_names(thresholds), *([_matcher("severity", "=~", severities)] if severities else []), *fixed]
+            rules.append(
+                {
+                    "source_matchers": [_names(burns), *fixed],
+                    "target_matchers": target,
+                    "equal": ["signal", *ctx.group],
+                }
+            )
+    symptoms = {a.name for a in alerts if a.signal in signal_data()["hang_symptoms"] and not _slo(a)}
+    names = {a.name for a in alerts}
+    hangs = [("VllmFleetNoProgress", ctx.group)]
+    # an alert without `instance` never equals a source that has one: only per-instance symptoms
+    if "instance" in ctx.group:
+        hangs.insert(0, ("VllmEngineHung", ctx.group))
+    for hang, labels in hangs:
+        if hang in names and symptoms:
+            rules.append(
+                {
+                    "source_matchers": [_matcher("alertname", "=", hang), *fixed],
+                    "target_matchers": [_names(symptoms), *fixed],
+                    "equal": list(dict.fromkeys(labels)),
+                }
+            )
     return tuple(rules)
