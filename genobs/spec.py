@@ -155,6 +155,24 @@ def _pending_duration(v: str) -> str:
     return v
 
 
+# The generated promtool tests must watch an alert pend for its whole `for` at the tests'
+# 1m evaluation interval, so their run time grows with it (a `for` of 1d: minutes of
+# promtool and of test generation). A condition that must hold for over an hour is a trend:
+# an SLO's slow-burn windows (slos:) watch those, over days, at a bounded cost.
+FOR_MAX = 3600
+
+
+def _alert_for(v: str) -> str:
+    v = _pending_duration(v)
+    if prom_duration_seconds(v) > FOR_MAX:
+        raise ValueError(
+            f"{v!r} is longer than 1h: an alert that must hold for hours reacts hours late and its generated "
+            "tests would simulate every minute of it; watch slow trends with an SLO (slos:) and its slow-burn "
+            "windows instead"
+        )
+    return v
+
+
 def _prom_duration(v: str) -> str:
     v = _pending_duration(v)
     if prom_duration_seconds(v) <= 0:
@@ -199,7 +217,7 @@ def _percent_text(v: str | float) -> str | float:
 LabelName = Annotated[str, AfterValidator(_label_name)]
 SafeValue = Annotated[str, AfterValidator(_safe_value)]
 PromDuration = Annotated[str, AfterValidator(_prom_duration)]
-PendingDuration = Annotated[str, AfterValidator(_pending_duration)]  # `for` may be 0s
+PendingDuration = Annotated[str, AfterValidator(_alert_for)]  # an alert's `for`: 0s to 1h
 Threshold = str | float | int
 
 
@@ -275,7 +293,7 @@ class AlertOverride(_Model):
     critical: Threshold | None = Field(None, description="Threshold for severity critical; null drops this level.")
     warning: Threshold | None = Field(None, description="Threshold for severity warning; null drops this level.")
     info: Threshold | None = Field(None, description="Threshold for severity info.")
-    for_: PendingDuration | None = Field(None, alias="for", description="Pending duration, e.g. 10m.")
+    for_: PendingDuration | None = Field(None, alias="for", description="Pending duration, e.g. 10m; 0s to 1h.")
     fleet_share: Threshold | None = Field(
         None,
         description="engine_hung: share of a model's replicas that must be hung to page; target_down: share of "

@@ -277,3 +277,45 @@ def test_spec_key_with_escape_sequence_is_printed_escaped(tmp_path: Path):
     assert r.returncode == 2
     assert "\x1b" not in r.stderr and "\r" not in r.stderr
     assert "\\x1b[2K\\rttft" in r.stderr
+
+
+def _test_span(plan) -> tuple[int, int]:
+    """(latest eval_time in minutes, input samples) of a plan's generated unit tests."""
+    latest, samples = 0, 0
+    for _, doc in plan.unit_tests:
+        for group in doc["tests"]:
+            for case in group.get("alert_rule_test", []) + group.get("promql_expr_test", []):
+                t = case["eval_time"]
+                latest = max(latest, int(t[:-1]) * (60 if t.endswith("h") else 1))
+            for series in group["input_series"]:
+                for token in series["values"].split():
+                    repeat = re.search(r"x(\d+)$", token)
+                    samples += int(repeat.group(1)) + 1 if repeat else 1
+    return latest, samples
+
+
+def test_alert_for_of_days_is_a_spec_error():
+    """A `for:` of days made test generation and promtool run for many minutes (1d: 6 min of promtool)."""
+    assert "longer than 1h" in one(GOOD + "alerts:\n  ttft: {warning: 1s, for: 2d}\n", "alerts.ttft.for")
+    cap = GOOD.replace("use_case: chat", "use_case: capacity") + "capacity:\n  efficiency: {warning: 70%, for: 1d}\n"
+    assert "longer than 1h" in one(cap, "capacity.efficiency.for")
+
+
+def test_longest_accepted_durations_keep_generated_tests_bounded():
+    """The longest `for`, rate window, SLO period and burn-rate windows the spec accepts: the
+    generated tests span at most rate window + `for` + a few minutes and stay within a small
+    multiple of the default spec's samples; an SLO period or window of years costs nothing more."""
+    signals = ("ttft", "itl", "e2e", "queue_time", "length_finish", "abort", "success", "kv_cache", "preemptions")
+    alerts = "".join(f"  {s}: {{for: 1h}}\n" for s in signals)
+    slos = (
+        "slos:\n"
+        "  - {name: a, sli: ttft, threshold: 1s, objective: 99%, period: 3650d}\n"
+        "  - name: b\n    sli: success\n    objective: 99%\n"
+        "    burn_rates: [{severity: critical, long: 3650d, short: 365d, factor: 1}]\n"
+    )
+    default_span, default_samples = _test_span(build_plan(load_spec_text(GOOD + slos, "s.yaml")))
+    longest = GOOD + "rate_window: 1h\nalerts:\n" + alerts + slos
+    span, samples = _test_span(build_plan(load_spec_text(longest, "s.yaml")))
+    assert span <= 60 + 60 + 5, span
+    assert samples <= 5 * default_samples, (samples, default_samples)
+    assert default_span <= 60, default_span

@@ -157,15 +157,24 @@ def per_minute(total_per_second: float, ranks: int) -> float:
     return float(num(Fraction(total_per_second) / ranks * 60))
 
 
+_COUNTERS: dict[float, list[float]] = {}
+
+
+def _samples(increment: float, minutes: int) -> list[float]:
+    """The samples of 0+<increment>x<minutes> as promtool computes them (repeated float
+    addition), shared by every rate of that counter: one pass, not one per minute asked."""
+    values = _COUNTERS.setdefault(increment, [0.0])
+    while len(values) <= minutes:
+        values.append(values[-1] + increment)
+    return values
+
+
 @functools.cache
 def prom_rate(increment: float, window_minutes: int, at_minute: int) -> float:
     """rate(x[window]) at minute `at_minute` of a counter written as 0+<increment>x<n> (one sample a
     minute from minute 0; promtool adds the increment repeatedly), with Prometheus 2.x's
     extrapolation: the window holds the samples at both of its ends."""
-    value, values = 0.0, [0.0]
-    for _ in range(at_minute):
-        value += increment
-        values.append(value)
+    values = _samples(increment, at_minute)
     first = max(0, at_minute - window_minutes)
     if at_minute - first < 1:
         return math.nan

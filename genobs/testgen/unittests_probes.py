@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from genobs.plan.alerts import LATENCY_ALERTS
 from genobs.plan.context import Context
@@ -68,6 +68,7 @@ class Env:
     slos: dict[str, SloDef]
     healthy: Fleet | None = None
     inexact: bool = False  # set when a computed value may differ from Prometheus' in the last digit
+    memo: dict = field(default_factory=dict)  # unittests_slo.slo_totals: (slo, fleet, minute, window) -> totals
 
     def sum(self, values: Iterable[float]) -> float:
         values = list(values)

@@ -116,12 +116,28 @@ def _read_slo(name: str, rules: list[RecordingRule], wires: dict[str, tuple[str,
 def slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tuple[float, float]:
     """(errors, requests) rates of an SLO over a window. Windows longer than the shortest derive
     from the shortest window's recorded rate (slo._derived), sampled once a minute (the tests'
-    evaluation interval), both ends of the range included as in Prometheus 2.x."""
+    evaluation interval), both ends of the range included as in Prometheus 2.x.
+
+    Memoized per (SLO, fleet, minute, window): the probes ask for the same totals for every
+    candidate fault, window and alert of an SLO, and a long window reads every minute of the
+    history; without it test generation grew with SLOs x windows x minutes."""
+    key = (slo, fleet, at, window)
+    found = env.memo.get(key)
+    if found is None:
+        before, env.inexact = env.inexact, False
+        found = (*_slo_totals(env, slo, fleet, at, window), env.inexact)
+        env.memo[key] = found
+        env.inexact = before
+    env.inexact = env.inexact or found[2]
+    return found[0], found[1]
+
+
+def _slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tuple[float, float]:
     base = _minutes(slo.shortest)
     if window <= base:
         return _direct_totals(env, slo, fleet, at, window)
-    samples = [_direct_totals(env, slo, fleet, m, base) for m in range(max(at - (window - base), 1), at + 1)]
-    now = _direct_totals(env, slo, fleet, at, base)
+    samples = [slo_totals(env, slo, fleet, m, base) for m in range(max(at - (window - base), 1), at + 1)]
+    now = slo_totals(env, slo, fleet, at, base)
     k = (window - base) / base
     n = len(samples)
     errors = (k * env.sum(e for e, _ in samples) / n + now[0]) / (k + 1)
