@@ -86,6 +86,8 @@ class Catalog:
     finished_reasons: tuple[tuple[str, Version], ...]
     metrics: dict[str, MetricDef]
     completion_handlers: tuple[str, ...] = ()  # HTTP handlers of the generation endpoints
+    # from this release the failed-transfer counter also counts failed notifications
+    nixl_failures_include_notifications_since: Version = (0, 33, 0)
 
     def metric(self, key: str) -> MetricDef:
         return self.metrics[key]
@@ -146,6 +148,7 @@ def _build(raw: dict) -> Catalog:
         finished_reasons=tuple((r["value"], parse_version(r["since"])) for r in raw["finished_reasons"]),
         metrics=metrics,
         completion_handlers=tuple(raw.get("completion_handlers", ())),
+        nixl_failures_include_notifications_since=parse_version(raw["nixl_failures_include_notifications_since"]),
     )
 
 

@@ -20,6 +20,8 @@ SIGNALS = (
     "abort",
     "success",
     "nixl_transfer",
+    "nixl_failures",
+    "nixl_kv_expiry",
     "spec_decode_acceptance",
     "kv_cache",
     "preemptions",
@@ -310,6 +312,8 @@ class Alerts(_Model):
     abort: AlertOverride | None = None
     success: AlertOverride | None = None
     nixl_transfer: AlertOverride | None = None
+    nixl_failures: AlertOverride | None = None
+    nixl_kv_expiry: AlertOverride | None = None
     spec_decode_acceptance: AlertOverride | None = None
     kv_cache: AlertOverride | None = None
     preemptions: AlertOverride | None = None

@@ -179,6 +179,28 @@ def test_explain_signal_or_alert_not_in_this_plan_says_why():
     assert result.exit_code == 0 and "PromQL (warning)" in result.stdout
 
 
+def test_explain_nixl_alerts_name_their_ratios_and_versions(tmp_path):
+    spec = tmp_path / "pd.yaml"
+    spec.write_text(
+        "version: genobs/v1\nname: pd\nuse_case: chat\n"
+        "service: {engine_version: '0.13.0', selector: {job: vllm}, roles: {label: role, prefill: p, decode: d}}\n"
+        "features: {disaggregated_prefill: true}\n"
+    )
+    result = run("explain", "VllmNixlTransfersFailing", "--spec", str(spec))
+    assert result.exit_code == 0, result.output
+    # before 0.33 failed notifications are not in the failed-transfer counter: both are added
+    assert "genobs:nixl_failed_notifications:rate5m" in result.stdout
+    assert "nixl_xfer_time_seconds:bucket_rate5m" in result.stdout and "NIXL failure and expiry ratios" in result.stdout
+    result = run("explain", "VllmNixlKvExpired", "--spec", str(spec))
+    assert result.exit_code == 0 and "it exists from 0.15.0" in result.stdout
+    result = run("explain", "VllmNixlKvExpired", "--spec", str(REPO / "specs" / "disaggregated.yaml"))
+    assert result.exit_code == 0 and "PromQL (warning)" in result.stdout
+    assert "genobs:nixl_kv_expired_requests:rate5m" in result.stdout
+    assert "genobs:nixl_failed_notifications" not in run(
+        "explain", "VllmNixlTransfersFailing", "--spec", str(REPO / "specs" / "disaggregated.yaml")
+    ).stdout
+
+
 def test_explain_unknown_name_did_you_mean_exit_2():
     result = run("explain", "VllmTtftP99Hihg")
     assert result.exit_code == 2

@@ -147,7 +147,14 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
 
 
 def _absent_reason(signal: str, plan) -> str:
-    needs = {"nixl_transfer": "disaggregated_prefill", "spec_decode_acceptance": "speculative_decoding"}
+    needs = {
+        "nixl_transfer": "disaggregated_prefill",
+        "nixl_failures": "disaggregated_prefill",
+        "nixl_kv_expiry": "disaggregated_prefill",
+        "spec_decode_acceptance": "speculative_decoding",
+    }
+    if signal == "nixl_kv_expiry" and any(a.signal == "nixl_failures" for a in plan.alerts):
+        return f" (vLLM {plan.engine_version} exports no vllm:nixl_num_kv_expired_reqs; it exists from 0.15.0)"
     if signal in needs:
         return f" (needs features.{needs[signal]}: true)"
     capacity = {

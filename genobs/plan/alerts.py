@@ -240,11 +240,16 @@ class AlertBuilder:
             key, panel = ratios[a.name]
             series = r.ref(key)
             return f"{series} {op} {t} {self._traffic_gate()}", series, panel
-        if a.name == "VllmNixlTransfersFailing":
-            if "disaggregated_prefill" not in ctx.features:
-                return None
-            series = r.ref("nixl_failed")
-            return f"{series} {op} {t}", series, "NIXL failed transfers"
+        nixl = {
+            "VllmNixlTransfersFailing": ("nixl_failed_ratio", "NIXL failure and expiry ratios"),
+            "VllmNixlKvExpired": ("nixl_kv_expired_ratio", "NIXL failure and expiry ratios"),
+        }
+        if a.name in nixl:
+            key, panel = nixl[a.name]
+            if key not in r.names:
+                return None  # feature off, or a version without the counter (KV expiry from 0.15.0)
+            series = r.ref(key)
+            return f"{series} {op} {t} {self._traffic_gate()}", series, panel
         if a.name == "VllmSpecDecodeAcceptanceLow":
             if "spec_alpha" not in r.names:
                 return None  # feature off, or a version without per-position counts (see plan notes)

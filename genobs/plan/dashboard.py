@@ -228,17 +228,7 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
             thresholds=lines.get("kv_cache", ()),
             max=1,
         ),
-        Panel(
-            "Running vs waiting requests",
-            "Requests in the running batch and in the queue, and the queue per replica serving the model (the waiting alert's lines apply to it). Rising waiting at constant running means the KV pool or max_num_seqs limits, not CPU.",
-            "short",
-            (
-                Target(p.sel("running"), p.legend("running")),
-                Target(p.sel("waiting"), p.legend("waiting")),
-                Target(p.sel("waiting_per_replica"), p.legend("waiting per replica")),
-            ),
-            thresholds=lines.get("waiting_requests", ()),
-        ),
+        _running_waiting(p, rec, lines),
         p.single(
             "preemptions_per_request",
             "Preemptions",
@@ -322,9 +312,7 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
                             Target(p.sel("nixl_throughput"), p.legend("per transfer second")),
                         ),
                     ),
-                    p.single(
-                        "nixl_failed", "NIXL failed transfers", "Failed KV transfers per second.", "ops", "failed/s"
-                    ),
+                    *_nixl_failures(p, rec, lines),
                 ),
             )
         )
@@ -358,6 +346,59 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         )
     )
     return tuple(rows)
+
+
+def _running_waiting(p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> Panel:
+    description = (
+        "Requests in the running batch and in the queue, and the queue per replica serving the model (the "
+        "waiting alert's lines apply to it). Rising waiting at constant running means the KV pool or "
+        "max_num_seqs limits, not CPU."
+    )
+    targets = [Target(p.sel("running"), p.legend("running")), Target(p.sel("waiting"), p.legend("waiting"))]
+    per_replica = Target(p.sel("waiting_per_replica"), p.legend("waiting per replica"))
+    if "waiting_deferred" in rec.names:
+        description += (
+            " Waiting counts requests queued for capacity only (what the waiting alert reads); deferred are "
+            "requests held back while their KV cache is transferred from a prefill pod (or by the LoRA budget)."
+        )
+        targets = [
+            targets[0],
+            Target(p.sel("waiting"), p.legend("waiting (capacity)")),
+            Target(p.sel("waiting_deferred"), p.legend("deferred (KV transfer)")),
+        ]
+    targets.append(per_replica)
+    return Panel(
+        "Running vs waiting requests", description, "short", tuple(targets), thresholds=lines.get("waiting_requests", ())
+    )
+
+
+def _nixl_failures(p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> tuple[Panel, ...]:
+    counts = [
+        Target(p.sel("nixl_failed"), p.legend("failed transfers/s")),
+        Target(p.sel("nixl_failed_notifications"), p.legend("failed notifications/s")),
+    ]
+    ratios = [Target(p.sel("nixl_failed_ratio"), p.legend("failed / attempted transfers"))]
+    if "nixl_kv_expired" in rec.names:
+        counts.append(Target(p.sel("nixl_kv_expired"), p.legend("expired KV leases/s")))
+        ratios.append(Target(p.sel("nixl_kv_expired_ratio"), p.legend("expired leases / requests")))
+    return (
+        Panel(
+            "NIXL failures",
+            "Failed KV transfers (with handshake and notification failures in vLLM 0.33), failed completion "
+            "notifications, and KV leases that expired on a prefill pod before a decode pod read them, per second.",
+            "ops",
+            tuple(counts),
+        ),
+        Panel(
+            "NIXL failure and expiry ratios",
+            "Failed transfers over attempted transfers (completed + failed), and expired KV leases per user "
+            "request (finished on the decode pool): what the NIXL failure and expiry alerts read.",
+            "percentunit",
+            tuple(ratios),
+            thresholds=lines.get("nixl_failures", ()),
+            max=1,
+        ),
+    )
 
 
 def build_variables(ctx: Context, rec: Recorder) -> tuple[Variable, ...]:

@@ -160,7 +160,7 @@ def _decomposition(r: Recorder) -> None:
 def _engine(r: Recorder) -> None:
     ctx = r.ctx
     g = ctx.group
-    kv, waiting = ctx.raw("kv_cache_usage"), ctx.raw("requests_waiting")
+    kv, waiting = ctx.raw("kv_cache_usage"), waiting_source(ctx)
     r.add("kv_cache_usage", "kv_cache_usage", "max", q.max_by(g, kv))
     # each engine (data-parallel rank) has its own KV pool and scheduler queue: a full cache is
     # saturation only where requests wait behind it, so pair the two per engine before taking the max
@@ -170,7 +170,16 @@ def _engine(r: Recorder) -> None:
     r.add("waiting", "requests_waiting", "sum", q.sum_by(g, waiting))
     # the fleet's queue spread over the replicas that serve the model: a total ignores replica count
     per_replica = q.sum_by(liveness.replica_labels(ctx), waiting)
-    r.add("waiting_per_replica", "requests_waiting_per_replica", "avg", f"avg {q.by(g)} ({per_replica})")
+    average = f"avg {q.by(g)} ({per_replica})"
+    if ctx.roles is not None and ctx.role("prefill"):
+        # prefill and decode pods differ in what a queue costs and in how many serve: average within
+        # each pool and report the worse one, so a queue on the small prefill pool is not diluted
+        pooled = (*liveness.replica_labels(ctx), ctx.roles[0])
+        average = f"max {q.by(g)} (avg {q.by((*g, ctx.roles[0]))} ({q.sum_by(pooled, waiting)}))"
+    r.add("waiting_per_replica", "requests_waiting_per_replica", "avg", average)
+    if deferred_split(ctx):
+        deferred = ctx.raw("requests_waiting_by_reason", extra=(("reason", "=", "deferred"),))
+        r.add("waiting_deferred", "requests_waiting_deferred", "sum", q.sum_by(g, deferred))
     r.add("preemptions", "preemptions", "rate", ctx.sum_rate("preemptions"))
     # preemptions per finished request: the share of work recomputed, comparable across fleet sizes
     r.add(
@@ -187,19 +196,62 @@ def _engine(r: Recorder) -> None:
         r.add("prefix_cache_hit_ratio", "prefix_cache_hit", "ratio", expr)
 
 
+def deferred_split(ctx: Context) -> bool:
+    """On a disaggregated fleet from vLLM 0.20 num_requests_waiting also counts requests
+    deferred while their KV cache is in flight; the by-reason gauge tells them apart."""
+    return bool(ctx.role("decode")) and ctx.has("requests_waiting_by_reason")
+
+
+def waiting_source(ctx: Context) -> str:
+    """The raw series of requests queued for capacity: on a disaggregated fleet with the by-reason
+    gauge, those deferred for a KV transfer are left out (they wait for the network, not for GPUs)."""
+    if deferred_split(ctx):
+        return ctx.raw("requests_waiting_by_reason", extra=(("reason", "=", "capacity"),))
+    return ctx.raw("requests_waiting")
+
+
+def _nixl(r: Recorder) -> None:
+    """Transfer time and bytes, failures as a share of attempted transfers, expired KV leases as a
+    share of user requests. NIXL series are read on every pod: vLLM counts expiries on the prefill
+    side, and which side observes a transfer depends on the connector's direction."""
+    ctx = r.ctx
+    r.add("nixl_bytes_rate", "nixl_bytes_transferred", "rate", ctx.sum_rate("nixl_bytes", "_sum"))
+    r.add(
+        "nixl_throughput",
+        "nixl_transfer_throughput",
+        "bytes_per_second",
+        q.ratio(r.ref("nixl_bytes_rate"), ctx.sum_rate("nixl_xfer_time", "_sum")),
+    )
+    r.add("nixl_failed", "nixl_failed_transfers", "rate", ctx.sum_rate("nixl_failed_transfers"))
+    r.add(
+        "nixl_failed_notifications",
+        "nixl_failed_notifications",
+        "rate",
+        ctx.sum_rate("nixl_failed_notifications"),
+    )
+    failed = r.ref("nixl_failed")
+    if ctx.version < ctx.catalog.nixl_failures_include_notifications_since:
+        failed = f"{failed} + {r.ref('nixl_failed_notifications')}"
+    # the transfer-time histogram observes completed transfers; a failed one is counted apart
+    attempted = f"{r.count('nixl_xfer_time')} + {failed}"
+    r.add("nixl_failed_ratio", "nixl_failed_transfers", "ratio", q.ratio(failed, attempted))
+    if ctx.has("nixl_kv_expired"):
+        r.add("nixl_kv_expired", "nixl_kv_expired_requests", "rate", ctx.sum_rate("nixl_kv_expired"))
+        # each user request (finished on the decode pool) had one prefill leg whose lease could expire
+        r.add(
+            "nixl_kv_expired_ratio",
+            "nixl_kv_expired_requests",
+            "ratio",
+            q.ratio(r.ref("nixl_kv_expired"), r.ref("finished")),
+        )
+
+
 def _features(r: Recorder) -> None:
     ctx = r.ctx
     if "speculative_decoding" in ctx.features:
         _spec_decode(r)
     if "disaggregated_prefill" in ctx.features:
-        r.add("nixl_bytes_rate", "nixl_bytes_transferred", "rate", ctx.sum_rate("nixl_bytes", "_sum"))
-        r.add(
-            "nixl_throughput",
-            "nixl_transfer_throughput",
-            "bytes_per_second",
-            q.ratio(r.ref("nixl_bytes_rate"), ctx.sum_rate("nixl_xfer_time", "_sum")),
-        )
-        r.add("nixl_failed", "nixl_failed_transfers", "rate", ctx.sum_rate("nixl_failed_transfers"))
+        _nixl(r)
 
 
 def _spec_decode(r: Recorder) -> None:

@@ -53,6 +53,8 @@ def plan_families(
 
 
 NOT_SIMULATED: frozenset[str] = frozenset()
+# gauges with one extra label; the fleet keeps each child under "<key>:<label value>"
+LABELLED_GAUGES = frozenset({"requests_waiting_by_reason"})
 # The API server answers every generation request it hands to the engine; a streamed answer
 # is 2xx even when the engine later finishes it with an error.
 HTTP_ANSWER = {"handler": "/v1/chat/completions", "method": "POST", "status": "2xx"}
@@ -114,7 +116,9 @@ class FleetCollector:
         yield from families
 
     # -- helpers -------------------------------------------------------------------------------
-    def _extra_values(self, label: str) -> tuple[str, ...]:
+    def _extra_values(self, label: str, metric: MetricDef | None = None) -> tuple[str, ...]:
+        if metric is not None and metric.values_of(label):  # a label's values differ per metric (reason)
+            return metric.values_of(label)
         if label == "finished_reason":
             return self.reasons
         if label == "generation":
@@ -153,9 +157,9 @@ class FleetCollector:
         per_rank = self.engine_label and m.engine_label
         names = ["model_name", "engine"] if per_rank else ["model_name"]
         names += list(m.labels)
-        if extra and m.type != "counter":
+        if extra and m.type != "counter" and f.key not in LABELLED_GAUGES:
             raise ValueError(f"simulator supports extra labels on counters only, not on {f.key}")
-        extra_values = self._extra_values(extra) if extra else ("",)
+        extra_values = self._extra_values(extra, m) if extra else ("",)
         if m.type == "counter" and not per_rank:  # one series per model, summed over its ranks
             fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
             for model in dict.fromkeys(s.model for s in self.fleet.series):
@@ -175,7 +179,9 @@ class FleetCollector:
         if m.type == "gauge":
             fam = GaugeMetricFamily(f.wire, m.help, labels=names)
             for s in self.fleet.series:
-                fam.add_metric(self._series_labels(s), s.gauges.get(f.key, 0.0))
+                for v in extra_values:
+                    key = f"{f.key}:{v}" if extra else f.key
+                    fam.add_metric(self._series_labels(s) + ([v] if extra else []), s.gauges.get(key, 0.0))
             return fam
         if m.type == "histogram":
             fam = HistogramMetricFamily(f.wire, m.help, labels=names)

@@ -121,6 +121,9 @@ class SeriesState:
             g["requests_waiting"] = float(rng.choice((0, 0, 1)))
         else:
             g["requests_waiting"] = float(round(p.waiting * share))
+        # a single-pool simulator defers nothing: every waiting request waits for capacity (vLLM >= 0.20)
+        g["requests_waiting_by_reason:capacity"] = g["requests_waiting"]
+        g["requests_waiting_by_reason:deferred"] = 0.0
         lo, hi = p.kv_usage
         kv = g["kv_cache_usage"]
         kv += 0.2 * ((lo + hi) / 2 - kv) + rng.gauss(0.0, (hi - lo) / 12)  # mean-reverting walk

@@ -97,6 +97,7 @@ class Fleet:
     running: int = 8
     preemptions: float = 0.0  # per second over the fleet
     nixl_failed: float = 0.0  # failed transfers per second
+    nixl_expired: float = 0.0  # KV leases expired per second
     rss_growth: int = 0  # API-server RSS growth per hour, % of RSS_AT_EVAL
     progressing: bool = True  # engine counters advance (False: a hung engine, gauges keep their values)
     counting: bool = True  # engine series count at all (False: a broken multiprocess dir, every value 0)
@@ -325,6 +326,12 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
                 for rank in ranks:
                     value = 0 if still else rate
                     out.append(_series(base, engine_labels(rank, **labels), _counter(value, len(ranks), minutes)))
+        elif base in needed and key == "requests_waiting_by_reason":
+            # the fixture fleet defers nothing: every waiting request waits for capacity
+            for i, rank in enumerate(ident.ranks):
+                value = _gauge_value("requests_waiting", fleet, i, n) if fleet.counting else 0
+                for reason, v in (("capacity", value), ("deferred", 0)):
+                    out.append(_series(base, engine_labels(rank, reason=reason), _gauge(v, minutes)))
         elif base in needed:
             for i, rank in enumerate(ident.ranks):
                 value = _gauge_value(key, fleet, i, n) if fleet.counting else 0
@@ -348,6 +355,8 @@ def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str,
         "generation_tokens": TOKENS,
         "preemptions": fleet.preemptions,
         "nixl_failed_transfers": fleet.nixl_failed,
+        "nixl_failed_notifications": 0,
+        "nixl_kv_expired": fleet.nixl_expired,
         "spec_decode_accepted_tokens": sum(accepted_at(fleet, i) for i in range(SPEC_TOKENS)),
         **FIXED_RATES,
     }

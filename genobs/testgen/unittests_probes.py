@@ -265,11 +265,32 @@ _PREEMPTIONS = Probe(
     lambda env, fleet, r: _with(fleet, preemptions=r),
     _preemption_steps,
 )
+def _ratio_steps(base: float) -> Callable[[Env, tuple[float, ...]], list[float]]:
+    """Rates (quarters per second) whose share r / (base + r) is just above each threshold."""
+
+    def params(_: Env, thresholds: tuple[float, ...]) -> list[float]:
+        return sorted({(math.floor(t * base / (1 - t) * 4) + 1) / 4 for t in thresholds if 0 <= t < 1})
+
+    return params
+
+
+def _nixl_failed_value(env: Env, fleet: Fleet, at: int) -> float:
+    """failed / (completed + failed): the transfer-time histogram observes completed transfers."""
+    failed = env.rate(fleet.nixl_failed, at)
+    return failed / (env.rate(observations("nixl_xfer_time"), at) + failed)
+
+
 _NIXL_FAILED = Probe(
     "group",
-    lambda env, fleet, at: env.rate(fleet.nixl_failed, at),
+    _nixl_failed_value,
     lambda env, fleet, r: _with(fleet, nixl_failed=r),
-    _quarter_steps,
+    _ratio_steps(observations("nixl_xfer_time")),
+)
+_NIXL_EXPIRED = Probe(
+    "group",
+    lambda env, fleet, at: env.rate(fleet.nixl_expired, at) / env.finish_rate(fleet, env.all_reasons(), at),
+    lambda env, fleet, r: _with(fleet, nixl_expired=r),
+    lambda env, thresholds: sorted({(math.floor(t * REQUESTS * 4) + 1) / 4 for t in thresholds if t >= 0}),
 )
 _WAITING = Probe(
     "group",
@@ -356,6 +377,7 @@ PROBES: dict[str, Probe] = {
     "VllmKvCacheSaturated": _KV,
     "VllmPreemptionsSustained": _PREEMPTIONS,
     "VllmNixlTransfersFailing": _NIXL_FAILED,
+    "VllmNixlKvExpired": _NIXL_EXPIRED,
     "VllmRequestsWaitingHigh": _WAITING,
     "VllmApiServerRssGrowing": _RSS,
     "VllmTargetDown": _TARGET_DOWN,
