@@ -32,6 +32,7 @@ ENGINE_SERIES = {
     "VllmOutputSpeedPerUserLow",
     "VllmSpecDecodeAcceptanceLow",
     "VllmNixlTransfersFailing",
+    "VllmNixlKvExpired",
 }
 # fleet-wide capacity signals: no single replica to point at
 FLEET_WIDE = {

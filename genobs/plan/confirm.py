@@ -76,9 +76,27 @@ def _speed(ctx: Context) -> Query:
     return f"output tok/s per user {_where(labels)}", expr
 
 
-def _gauge(ctx: Context, key: str, op: str, what: str) -> Query:
+def _gauge(ctx: Context, key: str, op: str, what: str, raw: str | None = None) -> Query:
     labels = replica_labels(ctx, key)
-    return f"{what} {_where(labels)}", f"{op} {q.by(labels)} ({ctx.raw(key)})"
+    return f"{what} {_where(labels)}", f"{op} {q.by(labels)} ({raw or ctx.raw(key)})"
+
+
+def _waiting(ctx: Context) -> Query:
+    """The queue the waiting signal reads (capacity only on a disaggregated fleet from vLLM 0.20)."""
+    from genobs.plan.recording import deferred_split, waiting_source
+
+    what = "requests waiting for capacity" if deferred_split(ctx) else "waiting requests"
+    return _gauge(ctx, "requests_waiting", "sum", what, waiting_source(ctx))
+
+
+def _nixl_failed(ctx: Context) -> Query:
+    """failed / (completed + failed) per replica, counted as the recorded ratio counts them."""
+    labels = replica_labels(ctx, "nixl_failed_transfers")
+    failed = _rate(ctx, "nixl_failed_transfers")
+    if ctx.version < ctx.catalog.nixl_failures_include_notifications_since:
+        failed = f"{failed} + {_rate(ctx, 'nixl_failed_notifications')}"
+    attempted = f"{_rate(ctx, 'nixl_xfer_time', '_count')} + {failed}"
+    return f"share of failed NIXL transfers {_where(labels)}", q.ratio(failed, attempted)
 
 
 def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...]:
@@ -97,13 +115,13 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
     if alert == "VllmKvCacheSaturated":
         return (
             _gauge(ctx, "kv_cache_usage", "max", "KV-cache usage"),
-            _gauge(ctx, "requests_waiting", "sum", "waiting requests"),
+            _waiting(ctx),
         )
     if alert == "VllmPreemptionsSustained":
         labels = replica_labels(ctx, "preemptions")
         return ((f"preemptions per second {_where(labels)}", _rate(ctx, "preemptions")),)
     if alert == "VllmRequestsWaitingHigh":
-        return (_gauge(ctx, "requests_waiting", "sum", "waiting requests"),)
+        return (_waiting(ctx),)
     if alert == "VllmOutputSpeedPerUserLow":
         return (_speed(ctx),)
     if alert == "VllmSpecDecodeAcceptanceLow":
@@ -111,8 +129,10 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         first = _rate(ctx, "spec_decode_accepted_per_pos", extra=(("position", "=", "0"),))
         return ((f"acceptance alpha {_where(labels)}", q.ratio(first, _rate(ctx, "spec_decode_drafts"))),)
     if alert == "VllmNixlTransfersFailing":
-        labels = replica_labels(ctx, "nixl_failed_transfers")
-        return ((f"failed NIXL transfers per second {_where(labels)}", _rate(ctx, "nixl_failed_transfers")),)
+        return (_nixl_failed(ctx),)
+    if alert == "VllmNixlKvExpired":  # counted on the prefill pods
+        labels = replica_labels(ctx, "nixl_kv_expired")
+        return ((f"expired KV leases per second {_where(labels)}", _rate(ctx, "nixl_kv_expired")),)
     if alert == "VllmApiServerRssGrowing":
         rss = r.ref("process_rss")
         return (("resident memory growth per hour per instance", f"deriv({rss}[30m]) * 3600 / {rss}"),)
