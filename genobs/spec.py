@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from genobs.units import parse_prom_duration, parse_ratio, parse_seconds, prom_duration_seconds
 
@@ -228,7 +228,7 @@ class _Model(BaseModel):
 
 
 # capacity models use the types above (imported here, after their definition)
-from genobs.spec_capacity import Autoscaling, Capacity  # noqa: E402
+from genobs.spec_capacity import Autoscaling, Capacity, Gpu  # noqa: E402
 
 
 class Roles(_Model):
@@ -284,10 +284,31 @@ class Service(_Model):
         return v
 
 
+def _gpu_short_form(v: object) -> object:
+    """`gpu_metrics: dcgm` is the block with every default; `none` is off."""
+    if isinstance(v, str):
+        if v == "dcgm":
+            return {}
+        if v == "none":
+            return None
+        raise ValueError(f"{v[:60]!r} is not allowed; expected dcgm, none or a block such as {{source: dcgm}}")
+    return v
+
+
+def _gpu_schema(schema: dict) -> None:
+    schema.setdefault("anyOf", []).insert(1, {"enum": ["dcgm", "none"], "type": "string"})
+
+
 class Features(_Model):
     prefix_caching: bool = Field(True, description="Prefix-cache hit-rate signals.")
     speculative_decoding: bool = Field(False, description="Speculative-decoding acceptance signals.")
     disaggregated_prefill: bool = Field(False, description="NIXL KV-transfer signals (disaggregated prefill/decode).")
+    gpu_metrics: Annotated[Gpu | None, BeforeValidator(_gpu_short_form)] = Field(
+        None,
+        description="GPU saturation and memory signals from NVIDIA's dcgm-exporter, joined per pod with vLLM's "
+        "queue: dcgm (the defaults) or a block; none or omitted: off. Needs the capacity signals.",
+        json_schema_extra=_gpu_schema,
+    )
 
 
 class AlertOverride(_Model):

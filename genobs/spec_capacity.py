@@ -86,16 +86,33 @@ class Degradation(Model):
 
 
 class Gpu(Model):
+    source: Literal["dcgm"] = Field("dcgm", description="GPU metrics exporter: dcgm (NVIDIA dcgm-exporter).")
     selector: dict[LabelName, SafeValue] = Field(
         default_factory=dict, description="Labels that pick the DCGM exporter's series, e.g. {job: dcgm-exporter}."
     )
     pod_label: LabelName = Field(
-        "pod", description="Label that names the GPU's workload pod (exported_pod when the scrape did not honour labels)."
+        "pod",
+        description="Label of the DCGM series that names the GPU's workload pod (exported_pod when the scrape "
+        "did not honour the exporter's labels); joined with the pod label of vLLM's series.",
     )
-    namespace_label: LabelName = Field("namespace", description="Label that names the workload pod's namespace.")
-    memory_utilization: Ratio = Field(0.9, description="vLLM's --gpu-memory-utilization (the VRAM share it reserves).")
-    saturation: Ratio = Field(0.9, description="GPU utilisation above which a growing queue means saturation.")
-    for_: PendingDuration = Field("10m", alias="for", description="Pending duration of the GPU alerts.")
+    namespace_label: LabelName | None = Field(
+        "namespace",
+        description="Label of the DCGM series that names the workload pod's namespace (exported_namespace without "
+        "honorLabels); null joins on the pod name alone (vLLM's series carry no namespace).",
+    )
+    saturation: Ratio = Field(0.9, description="GPU utilisation at or above which waiting requests mean saturation.")
+    waiting_per_replica: float = Field(
+        5, ge=0, le=1_000_000, description="Waiting requests per pod above which a busy GPU is saturated."
+    )
+    for_: PendingDuration = Field("10m", alias="for", description="Pending duration of the saturation alert.")
+    memory_utilization: Ratio = Field(
+        0.9, description="vLLM's --gpu-memory-utilization: the share of each GPU's memory the engine reserves at start."
+    )
+    reservation_floor: Ratio = Field(
+        0.5, description="Warn when a serving pod's GPU holds less than this share of that reservation."
+    )
+    min_free: Ratio = Field(0.02, description="Warn when a serving pod's GPU has less than this share of memory free.")
+    memory_for: PendingDuration = Field("15m", description="Pending duration of the two GPU memory alerts.")
 
 
 class Capacity(Model):

@@ -66,6 +66,18 @@ DEFAULT_TRAFFIC: dict[str, Any] = {
     "nixl": None,  # {transfers:/s, failed:/s, failed_notifications:/s, kv_expired:/s, xfer_time:, post_time:, bytes:}
     "rss": 3.2e9,
     "rss_growth": 0.0,  # fraction per hour
+    # NVIDIA dcgm-exporter, exported only with the fleet's `gpus:` block
+    "gpu_util": 60.0,  # DCGM_FI_DEV_GPU_UTIL (%) of each of the replica's GPUs
+    "gpu_memory": 0.9,  # framebuffer share in use per GPU (a number, or a list per GPU): vLLM's reservation
+}
+
+# `gpus:` of a fleet: the DCGM exporter's view of each replica's GPUs.
+DEFAULT_GPUS: dict[str, Any] = {
+    "per_replica": 2,  # GPUs allocated to each vLLM pod (tensor parallel)
+    "job": "dcgm-exporter",
+    "honor_labels": True,  # false: the workload labels arrive as exported_pod, exported_namespace, ...
+    "memory_mib": 81559,  # framebuffer of an H100 80GB (used + free)
+    "model": "NVIDIA H100 80GB HBM3",
 }
 
 # Real vLLM 0.33.0 k=3 ngram drafts (vllm_real_exposition.txt): 217 drafts, accepted per
@@ -301,6 +313,10 @@ class Fleet:
             pools = [{"name": "", "replicas": data.pop("replicas", 4), "labels": {}, "traffic": {}}]
         events = data.pop("events", []) or []
         self.others = data.pop("other_targets", []) or []
+        gpus = data.pop("gpus", None)
+        self.gpus = None if gpus is None else {**DEFAULT_GPUS, **gpus}
+        if self.gpus is not None and set(self.gpus) - set(DEFAULT_GPUS):
+            raise ValueError(f"unknown gpus fields: {', '.join(sorted(set(self.gpus) - set(DEFAULT_GPUS)))}")
         if data:
             raise ValueError(f"unknown fleet fields: {', '.join(sorted(data))}")
         self.replicas: list[Replica] = []
@@ -352,6 +368,9 @@ class Fleet:
         out: list[Series] = []
         for r in self.replicas:
             out.extend(ReplicaSeries(self, r).build())
+        if self.gpus is not None:
+            for node, r in enumerate(self.replicas):
+                out.extend(self._dcgm(node, r))
         for o in self.others:
             out.extend(self._other(o))
         return [{"series": s.text(), "values": encode(s.values)} for s in out]
@@ -361,6 +380,59 @@ class Fleet:
         """Names in `series` (the output of `series()`), histograms also without _bucket/_sum/_count."""
         names = {s["series"].split("{", 1)[0] for s in series}
         return names | {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}
+
+    def _dcgm(self, node: int, r: Replica) -> list[Series]:
+        """The GPUs of one replica as its node's dcgm-exporter exports them. The GPUs stay
+        allocated to the pod while it exists; a pod that is down holds no memory and runs
+        nothing; an absent pod has released its GPUs (no pod labels, idle). A hung engine
+        keeps its memory and shows the utilisation its traffic says."""
+        g = self.gpus
+        assert g is not None
+        target = {"job": g["job"], "instance": f"10.0.8.{11 + node}:9400"}
+        if not g["honor_labels"]:  # the exporter pod's own target labels win; the workload's are renamed
+            target.update({"namespace": "gpu-operator", "pod": f"dcgm-exporter-{node:05d}"})
+        names = DATA["dcgm"]
+        out: dict[tuple[str, Labels], Series] = {}
+        total = float(g["memory_mib"])
+        for t in self.steps():
+            p = r.at(t)
+            state = p["state"]
+            for i in range(int(g["per_replica"])):
+                device = dict(
+                    zip(
+                        DATA["dcgm_device_labels"],
+                        (
+                            str(i),
+                            f"GPU-{node:08x}-77aa-4c1e-9d3b-{i:012x}",
+                            f"00000000:{0x18 + i:02X}:00.0",
+                            f"nvidia{i}",
+                            g["model"],
+                            f"gpu-node-{node}",
+                        ),
+                    )
+                )
+                if state != "absent":
+                    workload = dict(zip(DATA["dcgm_pod_labels"], (r.pod, self.namespace, "vllm")))
+                    if not g["honor_labels"]:
+                        workload = {f"exported_{k}": v for k, v in workload.items()}
+                    device.update(workload)
+                labels = tuple({**target, **device}.items())
+                mem = p["gpu_memory"][i] if isinstance(p["gpu_memory"], list) else p["gpu_memory"]
+                busy = state in ("serving", "hung", "zero_metrics")
+                used = float(round(total * float(mem))) if busy else 0.0
+                util = float(p["gpu_util"]) if busy else 0.0
+                for key, value in (("gpu_util", util), ("fb_used", used), ("fb_free", total - used)):
+                    s = out.get((key, labels))
+                    if s is None:
+                        s = out[(key, labels)] = Series(names[key], labels, False)
+                        s.values = [None] * (t // STEP)
+                    s.values.append(value)
+        # a series whose labels changed (the pod went away) ends there with a staleness marker
+        n = len(self.steps())
+        for s in out.values():
+            if len(s.values) < n:
+                s.values += ["stale"] + [None] * (n - len(s.values) - 1)
+        return list(out.values())
 
     def _other(self, o: dict) -> list[Series]:
         """A non-vLLM target in the same namespace: node-exporter, kube-state-metrics, Prometheus."""
@@ -569,6 +641,10 @@ class ReplicaSeries:
             self._gauge("waiting_by_reason", (*labels, ("reason", "capacity")), max(waiting - deferred, 0))
             self._gauge("waiting_by_reason", (*labels, ("reason", "deferred")), min(deferred, waiting))
             self._gauge("kv_usage", labels, 0.0 if zero else float(kv[e]))
+            for entry in DATA["cache_config_info"]:
+                if in_range(entry, f.version):
+                    info = (*self.base, *((("engine", str(e)),) if f.engine_label else ()))
+                    self._s(entry["name"], (*info, *DATA["cache_config_labels"].items()), False).values.append(1.0)
         self._frontend(p, dt, state, first)
 
     def _nixl(self, nx: dict, labels: Labels, dt: float) -> None:

@@ -170,6 +170,9 @@ def test_generated_capacity_tests_cover_every_capacity_alert():
         "VllmSystemEfficiencyLow",
         "VllmTtftDegradedVsBaseline",
         "VllmAutoscalerAtMaxReplicas",
+        "VllmGpuSaturated",
+        "VllmGpuMemoryBelowReservation",
+        "VllmGpuMemoryNearlyFull",
     }
     fired = set()
     for rel in ("prometheus/tests/capacity.test.yaml", "prometheus/tests/capacity-baseline.test.yaml"):
@@ -217,3 +220,56 @@ def test_goodput_bounds_are_checked_against_the_version(version: str, goodput: s
 def test_other_use_cases_get_no_capacity_group_without_the_block():
     plan = build_plan(load_spec_text("version: genobs/v1\nname: c\nuse_case: chat\nservice: {selector: {job: vllm}}\n", "c.yaml"))
     assert not any(g.name.endswith("-capacity") for g in plan.groups)
+
+
+GPU_SPEC = """version: genobs/v1
+name: g
+use_case: {use_case}
+service: {{selector: {{job: vllm}}}}
+features:
+  gpu_metrics: {gpu}
+"""
+
+
+def _gpu_plan(gpu: str, use_case: str = "capacity"):
+    return build_plan(load_spec_text(GPU_SPEC.format(gpu=gpu, use_case=use_case), "g.yaml"))
+
+
+def test_gpu_short_form_is_the_default_block():
+    short = _gpu_plan("dcgm")
+    block = _gpu_plan("{source: dcgm, pod_label: pod, namespace_label: namespace, saturation: 90%}")
+    assert [r.expr for g in short.groups for r in g.rules] == [r.expr for g in block.groups for r in g.rules]
+    assert {"VllmGpuSaturated", "VllmGpuMemoryBelowReservation", "VllmGpuMemoryNearlyFull"} <= {
+        a.name for a in short.alerts
+    }
+    off = _gpu_plan("none")
+    assert not any(a.name.startswith("VllmGpu") for a in off.alerts)
+
+
+def test_gpu_join_is_per_pod_and_renames_exported_labels():
+    plan = _gpu_plan("{pod_label: exported_pod, namespace_label: exported_namespace, selector: {job: dcgm}}")
+    rules = {r.record: r.expr for g in plan.groups for r in g.rules if hasattr(r, "record")}
+    util = rules["genobs:gpu_utilization_per_pod:ratio_avg"]
+    assert 'label_replace(DCGM_FI_DEV_GPU_UTIL{job="dcgm",exported_pod!=""}, "pod", "$1", "exported_pod", "(.+)")' in util
+    assert '"namespace", "$1", "exported_namespace", "(.+)"' in util
+    # reduced per pod first, then paired with one series per vLLM pod: never a fleet total
+    assert "* on (namespace, pod) group_left () (avg by (namespace, pod) (" in util
+    assert "group by (model_name, job, namespace, pod) (vllm:num_requests_waiting{" in util
+    pod_only = _gpu_plan("{namespace_label: null}")
+    expr = {r.record: r.expr for g in pod_only.groups for r in g.rules if hasattr(r, "record")}
+    assert "* on (pod) group_left () (avg by (pod) (" in expr["genobs:gpu_utilization_per_pod:ratio_avg"]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "use_case", "message"),
+    [
+        ("dcgm", "chat", "features.gpu_metrics: the GPU signals are capacity signals"),
+        ("nvml", "capacity", "features.gpu_metrics: 'nvml' is not allowed; expected dcgm, none or a block"),
+        ("{source: nvml}", "capacity", "features.gpu_metrics.source: 'nvml' is not allowed"),
+        ("{memory_utilization: 99%, reservation_floor: 99%}", "capacity", "must stay below 1 - min_free"),
+    ],
+)
+def test_gpu_settings_errors(gpu: str, use_case: str, message: str):
+    with pytest.raises(SpecError) as exc:
+        _gpu_plan(gpu, use_case)
+    assert any(message in str(p) for p in exc.value.problems), [str(p) for p in exc.value.problems]

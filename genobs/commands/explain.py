@@ -161,8 +161,9 @@ def _absent_reason(signal: str, plan) -> str:
         "goodput": "capacity.goodput with a ttft or tpot bound and an objective",
         "system_efficiency": "a capacity block or use_case capacity",
         "capacity_degradation": "use_case capacity or capacity.degradation",
-        "gpu_saturation": "features.gpu_metrics: dcgm",
-        "gpu_memory": "features.gpu_metrics: dcgm",
+        "gpu_saturation": "features.gpu_metrics: dcgm and the capacity signals",
+        "gpu_memory": "features.gpu_metrics: dcgm and the capacity signals",
+        "gpu_memory_full": "features.gpu_metrics: dcgm and the capacity signals",
         "autoscaling": "kubernetes.autoscaling with kube_state_metrics: true",
     }
     if signal in capacity:

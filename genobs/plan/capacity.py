@@ -14,11 +14,12 @@ import yaml
 
 from genobs import naming
 from genobs import promql as q
+from genobs.plan import capacity_gpu
 from genobs.plan.alerts import format_threshold, handbook, labels_template
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, Row, RunbookEntry, Severity
 from genobs.plan.recording import Recorder
-from genobs.spec_capacity import Autoscaling, Capacity, Degradation
+from genobs.spec_capacity import Autoscaling, Capacity, Degradation, Gpu
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
 
 BAD_REASONS = ("abort", "error")  # finishes that do not count as served (the availability SLO's default)
@@ -47,6 +48,9 @@ def degradation(spec, cap: Capacity) -> Degradation | None:
 def validate(doc, ctx: Context, report) -> None:
     """Goodput bounds must be bucket boundaries of the version's histograms; report(path, message)."""
     spec = doc.spec
+    if capacity_gpu.settings(spec) is not None and settings(spec) is None:
+        report(("features", "gpu_metrics"), "the GPU signals are capacity signals: add a capacity block or use_case: capacity")
+    capacity_gpu.validate(spec, report)
     auto = spec.kubernetes.autoscaling
     if auto is not None:
         path = ("kubernetes", "autoscaling")
@@ -145,7 +149,7 @@ class Builder:
         extra = [("severity", severity), ("signal", a["signal"])]
         if self.team:
             extra.append(("team", self.team))
-        comparator = {"above": ">", "below": "<"}.get(a["direction"], "")
+        comparator = {"above": ">", "at_or_above": ">=", "below": "<"}.get(a["direction"], "")
         self.alerts.append(
             AlertRule(
                 name=name,
@@ -358,10 +362,11 @@ class CapacityPlan:
     degradation: Degradation | None
     autoscaling: Autoscaling | None = None  # with the kube-state-metrics at-max alert
     hpa: str = ""  # the HPA's name
+    gpu: Gpu | None = None  # features.gpu_metrics
 
 
 def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> CapacityPlan | None:
-    from genobs.plan.capacity_panels import goodput_row, headroom_row
+    from genobs.plan.capacity_panels import goodput_row, gpu_row, headroom_row
 
     spec = doc.spec
     cap = settings(spec)
@@ -374,6 +379,9 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
     if deg is not None:
         baseline(b, deg)
     headroom(b, cap)
+    gpu = capacity_gpu.settings(spec)
+    if gpu is not None:
+        capacity_gpu.build(b, gpu)
     auto = spec.kubernetes.autoscaling if spec.kubernetes.autoscaling and spec.kubernetes.autoscaling.kube_state_metrics else None
     if auto is not None:
         from genobs.plan.capacity_autoscaling import autoscaler
@@ -383,6 +391,7 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
     objective = parse_ratio(cap.goodput.objective) if cap.goodput and cap.goodput.objective is not None else None
     eff = parse_ratio(cap.efficiency.warning) if cap.efficiency.enabled else None
     rows = [goodput_row(ctx, names, objective, eff), headroom_row(ctx, names, cap.max_num_seqs, deg and deg.baseline)]
+    rows.append(gpu_row(ctx, names, gpu))
     return CapacityPlan(
         rules=(*b.rules, *b.alerts),
         rows=tuple(r for r in rows if r is not None and r.panels),
@@ -393,6 +402,7 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
         degradation=deg,
         autoscaling=auto,
         hpa=f"genobs-{spec.name}",
+        gpu=gpu,
     )
 
 

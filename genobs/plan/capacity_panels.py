@@ -7,6 +7,8 @@ from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.dashboard import threshold_steps
 from genobs.plan.model import Panel, Row, Target
+from genobs.spec_capacity import Gpu
+from genobs.units import parse_ratio
 
 _WEEK = 7 * 86400
 
@@ -175,3 +177,55 @@ def headroom_row(ctx: Context, names: dict[str, str], max_num_seqs: int | None, 
             )
         )
     return Row("Capacity headroom", tuple(panels))
+
+
+def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
+    """DCGM utilisation and framebuffer per vLLM pod, beside the same pod's queue."""
+    if gpu is None or "gpu_util_pod" not in names:
+        return None
+    s = _Sel(ctx, names)
+    saturation = parse_ratio(gpu.saturation)
+    reserved = parse_ratio(gpu.memory_utilization)
+    floor = reserved * parse_ratio(gpu.reservation_floor)
+    return Row(
+        "GPUs (DCGM)",
+        (
+            Panel(
+                "GPU utilisation per pod",
+                "DCGM_FI_DEV_GPU_UTIL averaged over each vLLM pod's GPUs (the share of time a kernel ran), and the "
+                "mean over the model's pods. High with a short queue is good economics; high with a long queue "
+                "(next panel, same pod) is saturation.",
+                "percentunit",
+                (
+                    Target(s("gpu_util_pod"), s.legend("{{pod}}")),
+                    Target(s("gpu_util"), s.legend("mean over pods")),
+                ),
+                thresholds=(("orange", saturation),),
+                min=0,
+                max=1,
+            ),
+            Panel(
+                "Waiting requests per pod",
+                "vllm:num_requests_waiting summed over each pod's engines: the queue the saturation alert pairs "
+                "with the same pod's GPU utilisation.",
+                "short",
+                (Target(s("waiting_pod"), s.legend("{{pod}}")),),
+                thresholds=(("orange", float(gpu.waiting_per_replica)),),
+                min=0,
+            ),
+            Panel(
+                "GPU framebuffer used per pod",
+                f"Used / (used + free) framebuffer (DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE) of each pod's "
+                f"emptiest and fullest GPU. vLLM reserves --gpu-memory-utilization ({reserved:g}) at start; far "
+                "below it the engine did not take its reservation, near 100 % another allocation can fail.",
+                "percentunit",
+                (
+                    Target(s("gpu_fb_used_min_pod"), s.legend("{{pod}} emptiest GPU")),
+                    Target(s("gpu_fb_used_max_pod"), s.legend("{{pod}} fullest GPU")),
+                ),
+                thresholds=(("orange", floor), ("red", 1 - parse_ratio(gpu.min_free))),
+                min=0,
+                max=1,
+            ),
+        ),
+    )

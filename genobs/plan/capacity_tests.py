@@ -13,6 +13,7 @@ from prometheus_client.utils import floatToGoString
 
 from genobs import naming
 from genobs import promql as q
+from genobs.plan import capacity_gpu
 from genobs.plan.capacity import P99, CapacityPlan
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RuleGroup
@@ -21,6 +22,8 @@ from genobs.testgen.unittests_fleet import Identity, identity, per_minute
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
 
 EVAL = "1m"
+FB_TOTAL = 81559  # MiB of framebuffer an H100 80GB reports (used + free)
+POD = "vllm-0"  # the vLLM pod of the simulated fleet; its two GPUs are DCGM's gpu 0 and 1
 MARGIN = 3  # minutes past the rate window and `for`
 
 
@@ -36,6 +39,8 @@ class State:
     waiting_growth: float = 0.0  # waiting requests added per second over the fleet
     running: int = 8
     hpa: tuple[int, int] = (1, 1)  # kube-state-metrics: current and max replicas
+    gpu_util: int = 50  # DCGM utilisation (%) of both GPUs of the pod
+    fb_used: tuple[int, int] = (0, 0)  # DCGM framebuffer used (MiB) of GPU 0 and 1; total FB_TOTAL
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -56,6 +61,8 @@ class _Gen:
 
     def engine(self, rank: str | None, **extra: str) -> dict[str, str]:
         labels = dict(self.ident.engine)
+        if self.cap.gpu is not None:  # the GPU join needs the pod (and namespace) the scrape adds
+            labels.update(pod_labels(self.ident))
         if rank is not None:
             labels["engine"] = rank
         return {**labels, **extra}
@@ -100,6 +107,8 @@ class _Gen:
                 out.append(
                     _series(ctx.metric(key), self.engine(rank), f"{_num(value / n)}{sign}{_num(abs(step))}x{self.minutes}")
                 )
+        if self.cap.gpu is not None:
+            out += self.dcgm(s)
         auto = self.cap.autoscaling
         if auto is not None:
             hpa = {"namespace": auto.target.namespace, "horizontalpodautoscaler": self.cap.hpa}
@@ -110,6 +119,40 @@ class _Gen:
             ):
                 out.append(_series(name, ksm, f"{value}x{self.minutes}"))
         return out
+
+
+    def dcgm(self, s: State) -> list[dict]:
+        """dcgm-exporter's series of the pod's two GPUs, labelled as the exporter labels them."""
+        gpu = self.cap.gpu
+        assert gpu is not None
+        pod = pod_labels(self.ident)
+        out = []
+        for index, used in enumerate(s.fb_used):
+            labels = {
+                **gpu.selector,
+                "instance": "10.0.7.1:9400",
+                "gpu": str(index),
+                "UUID": f"GPU-6f3a1c2e-0b7d-4e59-9a41-00000000000{index}",
+                "pci_bus_id": f"00000000:{0x18 + index:02X}:00.0",
+                "device": f"nvidia{index}",
+                "modelName": "NVIDIA H100 80GB HBM3",
+                "Hostname": "gpu-node-1",
+                "container": "vllm",
+                gpu.pod_label: pod["pod"],
+            }
+            labels.setdefault("job", "dcgm-exporter")
+            if gpu.namespace_label is not None:
+                labels[gpu.namespace_label] = pod["namespace"]
+            for theirs, ours, exporter in (("pod", gpu.pod_label, "dcgm-exporter-7xk2p"), ("namespace", gpu.namespace_label, "gpu-operator")):
+                if ours not in (None, theirs):  # scraped without honorLabels: the exporter's own target labels
+                    labels[theirs] = exporter
+            for key, value in (("gpu_util", s.gpu_util), ("fb_used", used), ("fb_free", FB_TOTAL - used)):
+                out.append(_series(capacity_gpu.metric(key), labels, f"{value}x{self.minutes}"))
+        return out
+
+
+def pod_labels(ident: Identity) -> dict[str, str]:
+    return {"pod": POD, "namespace": ident.engine.get("namespace", "llm-prod")}
 
 
 def _expected(rule: AlertRule, labels: dict[str, str], value: float) -> dict:
@@ -151,7 +194,11 @@ def build_capacity_tests(
     auto = cap.autoscaling
     if auto is not None:  # healthy includes: at its maximum while the queue holds steady
         healthy = replace(healthy, hpa=(auto.max_replicas, auto.max_replicas))
+    gpu = cap.gpu
+    if gpu is not None:
+        healthy = replace(healthy, fb_used=(_healthy_fb(gpu),) * 2)
     faults: list[tuple[str, State, float, dict[str, str]]] = []  # alert, state, $value, labels
+    faults += _gpu_faults(ctx, cap, alerts, healthy, labels, ident)
     if "VllmAutoscalerAtMaxReplicas" in alerts and auto is not None:
         hpa = {"namespace": auto.target.namespace, "horizontalpodautoscaler": cap.hpa}
         faults.append(("VllmAutoscalerAtMaxReplicas", replace(healthy, waiting_growth=1), auto.max_replicas, hpa))
@@ -205,6 +252,18 @@ def build_capacity_tests(
                 "alert_rule_test": cases,
             }
         )
+    if "VllmGpuSaturated" in alerts and gpu is not None:
+        # busy GPUs with a short queue are good economics, not saturation
+        busy = replace(healthy, gpu_util=95, waiting=math.floor(gpu.waiting_per_replica))
+        at = _minutes(alerts["VllmGpuSaturated"].for_) + MARGIN
+        tests.append(
+            {
+                "name": "capacity: GPUs at 95% with a short queue, VllmGpuSaturated silent",
+                "interval": EVAL,
+                "input_series": _Gen(ctx, cap, ident, at).inputs(busy),
+                "alert_rule_test": [{"eval_time": f"{at}m", "alertname": "VllmGpuSaturated", "exp_alerts": []}],
+            }
+        )
     if "VllmAutoscalerAtMaxReplicas" in alerts and auto is not None and auto.max_replicas >= 2:
         below = replace(healthy, waiting_growth=1, hpa=(auto.max_replicas - 1, auto.max_replicas))
         at = window + _minutes(alerts["VllmAutoscalerAtMaxReplicas"].for_) + MARGIN
@@ -220,6 +279,37 @@ def build_capacity_tests(
     if "VllmTtftDegradedVsBaseline" in alerts and cap.degradation is not None:
         files.append(("capacity-baseline.test.yaml", _baseline(ctx, cap, alerts["VllmTtftDegradedVsBaseline"], group, labels, spec_name)))
     return tuple(files)
+
+
+def _healthy_fb(gpu) -> int:
+    """MiB in use on a healthy GPU: vLLM's reservation, kept inside the two memory alerts' limits."""
+    floor = parse_ratio(gpu.memory_utilization) * parse_ratio(gpu.reservation_floor)
+    top = 1 - parse_ratio(gpu.min_free)
+    share = parse_ratio(gpu.memory_utilization)
+    if not floor < share < top:
+        share = (floor + top) / 2
+    return round(share * FB_TOTAL)
+
+
+def _gpu_faults(ctx: Context, cap: CapacityPlan, alerts: dict, healthy: State, labels: dict, ident: Identity) -> list:
+    gpu = cap.gpu
+    if gpu is None:
+        return []
+    pod = pod_labels(ident)
+    at_pod = {**labels, **{k: pod[k] for k in capacity_gpu.join_labels(gpu)}}
+    ok = healthy.fb_used[0]
+    out = []
+    if "VllmGpuSaturated" in alerts:
+        waiting = math.floor(gpu.waiting_per_replica) + 1
+        out.append(("VllmGpuSaturated", replace(healthy, gpu_util=95, waiting=waiting), 0.95, at_pod))
+    floor = parse_ratio(gpu.memory_utilization) * parse_ratio(gpu.reservation_floor)
+    if "VllmGpuMemoryBelowReservation" in alerts:
+        low = math.floor(floor / 2 * FB_TOTAL)  # one GPU of the pod holds half the floor
+        out.append(("VllmGpuMemoryBelowReservation", replace(healthy, fb_used=(low, ok)), low / FB_TOTAL, at_pod))
+    if "VllmGpuMemoryNearlyFull" in alerts:
+        full = FB_TOTAL - math.floor(parse_ratio(gpu.min_free) / 2 * FB_TOTAL)
+        out.append(("VllmGpuMemoryNearlyFull", replace(healthy, fb_used=(ok, full)), full / FB_TOTAL, at_pod))
+    return out
 
 
 def _recorded(group: RuleGroup) -> set[str]:
