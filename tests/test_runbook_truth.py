@@ -85,6 +85,10 @@ BAD_SIDE = {
     "Speculative-decoding acceptance alpha": "low",
     "Goodput share": "low",
     "System efficiency": "low",
+    "GPU utilisation per pod": "high",
+    "Waiting requests per pod": "high",
+    "GPU framebuffer used: emptiest GPU per pod": "low",
+    "GPU framebuffer used: fullest GPU per pod": "high",
 }
 SLO_BAD_SIDE = {"SLI vs objective": "low", "error budget remaining": "low", "burn rate per window": "high"}
 

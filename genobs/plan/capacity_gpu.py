@@ -115,7 +115,7 @@ def build(b, gpu: Gpu) -> None:
         floor,
         gpu.memory_for,
         low,
-        "GPU framebuffer used per pod",
+        "GPU framebuffer used: emptiest GPU per pod",
         texts={"reserved": format_threshold("ratio", reserved)},
         label_text=pod_text,
     )
@@ -127,7 +127,7 @@ def build(b, gpu: Gpu) -> None:
         1 - min_free,
         gpu.memory_for,
         high,
-        "GPU framebuffer used per pod",
+        "GPU framebuffer used: fullest GPU per pod",
         texts={"free": format_threshold("ratio", min_free)},
         label_text=pod_text,
     )

@@ -200,7 +200,7 @@ def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
                     Target(s("gpu_util_pod"), s.legend("{{pod}}")),
                     Target(s("gpu_util"), s.legend("mean over pods")),
                 ),
-                thresholds=(("orange", saturation),),
+                thresholds=threshold_steps((("warning", saturation),), "above"),
                 min=0,
                 max=1,
             ),
@@ -210,20 +210,27 @@ def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
                 "with the same pod's GPU utilisation.",
                 "short",
                 (Target(s("waiting_pod"), s.legend("{{pod}}")),),
-                thresholds=(("orange", float(gpu.waiting_per_replica)),),
+                thresholds=threshold_steps((("warning", float(gpu.waiting_per_replica)),), "above"),
                 min=0,
             ),
             Panel(
-                "GPU framebuffer used per pod",
+                "GPU framebuffer used: emptiest GPU per pod",
                 f"Used / (used + free) framebuffer (DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE) of each pod's "
-                f"emptiest and fullest GPU. vLLM reserves --gpu-memory-utilization ({reserved:g}) at start; far "
-                "below it the engine did not take its reservation, near 100 % another allocation can fail.",
+                f"emptiest GPU. vLLM reserves --gpu-memory-utilization ({reserved:g}) of every GPU at start; far "
+                "below it the engine did not take its reservation (another GPU, asleep, a smaller flag).",
                 "percentunit",
-                (
-                    Target(s("gpu_fb_used_min_pod"), s.legend("{{pod}} emptiest GPU")),
-                    Target(s("gpu_fb_used_max_pod"), s.legend("{{pod}} fullest GPU")),
-                ),
-                thresholds=(("orange", floor), ("red", 1 - parse_ratio(gpu.min_free))),
+                (Target(s("gpu_fb_used_min_pod"), s.legend("{{pod}}")),),
+                thresholds=threshold_steps((("warning", floor),), "below"),
+                min=0,
+                max=1,
+            ),
+            Panel(
+                "GPU framebuffer used: fullest GPU per pod",
+                "The same share on each pod's fullest GPU. Near 100 % the next allocation outside vLLM's pool "
+                "(CUDA graphs, NCCL, another process) can fail with CUDA out of memory.",
+                "percentunit",
+                (Target(s("gpu_fb_used_max_pod"), s.legend("{{pod}}")),),
+                thresholds=threshold_steps((("warning", 1 - parse_ratio(gpu.min_free)),), "above"),
                 min=0,
                 max=1,
             ),
