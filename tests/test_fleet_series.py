@@ -145,3 +145,49 @@ def test_older_release_names() -> None:
     assert "vllm:request_time_per_output_token_seconds_bucket" not in names  # from 0.11.0
     assert "vllm:admission_rejections_total" not in names  # from 0.32.0
     assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} <= names  # both until 0.11.0
+
+
+def _dcgm(fleet: dict) -> dict[tuple[str, str, str], tuple[dict[str, str], list[float | None]]]:
+    """(metric, pod or exported_pod, gpu) -> (labels, samples) of the DCGM series."""
+    out = {}
+    for s in Fleet(fleet, SPEC).series():
+        name, labels = parse(s)
+        if name.startswith("DCGM_"):
+            pod = labels.get("pod") if "exported_pod" not in labels else labels["exported_pod"]
+            out[(name, pod or "", labels["gpu"])] = (labels, expand(s["values"]))
+    return out
+
+
+def test_dcgm_series_follow_the_exporters_labels_and_the_pods_state() -> None:
+    fleet = {
+        "replicas": 3,
+        "duration": "5m",
+        "gpus": {"per_replica": 2},
+        "traffic": {"gpu_util": 80, "gpu_memory": 0.9},
+        "events": [{"replicas": [1], "from": "2m", "set": {"state": "down"}},
+                   {"replicas": [2], "from": "2m", "set": {"state": "absent"}}],
+    }
+    series = _dcgm(fleet)
+    names = {k[0] for k in series}
+    assert names == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"}
+    labels, util = series[("DCGM_FI_DEV_GPU_UTIL", "vllm-0", "0")]
+    # dcgm-exporter's device labels and the kubelet mapping of the workload, plus the scrape's job and instance
+    assert set(labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "pod", "namespace",
+                           "container", "job", "instance"}
+    assert labels["namespace"] == "ns" and labels["job"] == "dcgm-exporter" and set(util) == {80.0}
+    used = series[("DCGM_FI_DEV_FB_USED", "vllm-0", "1")][1]
+    free = series[("DCGM_FI_DEV_FB_FREE", "vllm-0", "1")][1]
+    assert {u + f for u, f in zip(used, free)} == {81559.0} and used[0] == round(81559 * 0.9)
+    # a pod that is down keeps its GPUs but holds no memory and runs nothing
+    down = series[("DCGM_FI_DEV_FB_USED", "vllm-1", "0")][1]
+    assert down[0] > 0 and down[-1] == 0.0
+    # an absent pod released its GPUs: the series lose the pod labels
+    assert series[("DCGM_FI_DEV_GPU_UTIL", "vllm-2", "0")][1][-1] is None
+    assert series[("DCGM_FI_DEV_GPU_UTIL", "", "0")][1][0] is None
+
+
+def test_dcgm_without_honor_labels_renames_the_workload_labels() -> None:
+    series = _dcgm({"replicas": 1, "duration": "2m", "gpus": {"per_replica": 1, "honor_labels": False}})
+    labels, _ = series[("DCGM_FI_DEV_GPU_UTIL", "vllm-0", "0")]
+    assert labels["exported_pod"] == "vllm-0" and labels["exported_namespace"] == "ns"
+    assert labels["pod"].startswith("dcgm-exporter-") and labels["namespace"] == "gpu-operator"

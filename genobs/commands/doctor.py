@@ -43,6 +43,9 @@ _HINTS = {
     "process": "The API server's process_* / python_gc_* series are missing: prometheus_client in multiprocess "
     "mode (PROMETHEUS_MULTIPROC_DIR set, e.g. several API-server processes) does not export the process and "
     "GC collectors. Scrape them another way or ignore the RSS/GC panels and VllmApiServerRssGrowing.",
+    "other_exporter": "Another exporter's series (NVIDIA dcgm-exporter for features.gpu_metrics) are missing under "
+    "features.gpu_metrics.selector: scrape the exporter in a job those labels match, or fix the selector; the GPU "
+    "alerts stay silent without them.",
     "absent": "Not exported by the scraped engine (yet): some series appear only after the first request of "
     "their kind, or the engine runs with options that drop them.",
 }
@@ -181,6 +184,7 @@ _TITLES = {
     "version": "engine version mismatch",
     "feature": "feature metrics absent",
     "process": "process metrics absent",
+    "other_exporter": "another exporter's series absent",
     "absent": "not exported",
 }
 
@@ -206,6 +210,17 @@ def hint(kind: str, missing: list[Missing], spec_dialect: str) -> str:
     return _HINTS[kind]
 
 
+def _foreign(spec) -> tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...]:
+    """DCGM's series live in the exporter's own job: look for them under features.gpu_metrics.selector."""
+    from genobs.plan import capacity_gpu
+
+    gpu = capacity_gpu.settings(spec)
+    if gpu is None:
+        return ()
+    names = frozenset(m["name"] for m in capacity_gpu.dcgm_data()["metrics"].values())
+    return ((names, tuple((k, "=", v) for k, v in gpu.selector.items())),)
+
+
 def diagnose(
     base: str,
     selector: tuple[tuple[str, str], ...] = (),
@@ -214,7 +229,10 @@ def diagnose(
     features: frozenset[str] = frozenset(),
     engine: str = "vllm",
     timeout: float = 10.0,
+    foreign: tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...] = (),
 ) -> Report:
+    """`foreign`: needed names another job exports (DCGM), with the matchers of that job
+    instead of the spec's selector."""
     catalog = load_catalog(engine)
     sel: list[q.Matcher] = [(k, "=", v) for k, v in selector]
     engine_re = f"{re.escape(colon_prefix(engine))}.+|{re.escape(underscore_prefix(engine))}.+"
@@ -222,7 +240,12 @@ def diagnose(
     if models:
         engine_matchers += (("model_name", "=~", q.any_of(models)),)
     present = live_names(base, engine_matchers, timeout)
-    others = sorted(n for n in needed if dialect_of({n}, engine) == "none")
+    elsewhere = {n for names, _ in foreign for n in names}
+    for names, matchers in foreign:
+        wanted = sorted(names & needed)
+        if wanted:
+            present |= live_names(base, (("__name__", "=~", "|".join(re.escape(n) for n in wanted)), *matchers), timeout)
+    others = sorted(n for n in needed if dialect_of({n}, engine) == "none" and n not in elsewhere)
     if others:
         present |= live_names(base, (("__name__", "=~", "|".join(re.escape(n) for n in others)), *sel), timeout)
     known = metric_names(base, timeout)
@@ -236,6 +259,9 @@ def diagnose(
         needed=needed,
     )
     report.missing = classify(needed, present, catalog, features)
+    order = list(_HINTS)
+    missing = [Missing(m.metric, "other_exporter") if m.metric in elsewhere else m for m in report.missing]
+    report.missing = sorted(missing, key=lambda m: (order.index(m.kind), m.metric))
     return report
 
 
@@ -286,6 +312,7 @@ def doctor(spec: Path | None, url: str, timeout: float) -> None:
     models: tuple = ()
     needed: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
+    foreign: tuple = ()
     engine, spec_dialect, plan = "vllm", "colon", None
     if spec is not None:
         if not spec.exists() and not spec.is_symlink():  # special files: load_spec says what they are
@@ -305,10 +332,11 @@ def doctor(spec: Path | None, url: str, timeout: float) -> None:
         selector = tuple(s.service.selector.items())
         models = tuple(s.service.models)
         needed = plan.raw_metrics
+        foreign = _foreign(s)
         features = frozenset(k for k, on in s.features.model_dump().items() if on)
         engine, spec_dialect = s.service.engine, s.service.metric_names
     try:
-        report = diagnose(url, selector, models, needed, features, engine, timeout)
+        report = diagnose(url, selector, models, needed, features, engine, timeout, foreign)
     except PrometheusError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
