@@ -110,6 +110,7 @@ def spec_text(
         c("  prefix_caching: true", "prefix-cache hit-rate signals"),
         c("  speculative_decoding: false", "acceptance rate and mean acceptance length"),
         c("  disaggregated_prefill: false", "NIXL KV-transfer signals (vLLM >= 0.11.1)"),
+        c("  gpu_metrics: none", "dcgm: GPU saturation and memory from NVIDIA dcgm-exporter (capacity signals)"),
         "",
         c("evaluation_interval: 30s", "rule-group interval"),
         "",
