@@ -51,24 +51,10 @@ def validate(doc, ctx: Context, report) -> None:
     if capacity_gpu.settings(spec) is not None and settings(spec) is None:
         report(("features", "gpu_metrics"), "the GPU signals are capacity signals: add a capacity block or use_case: capacity")
     capacity_gpu.validate(spec, report)
-    auto = spec.kubernetes.autoscaling
-    if auto is not None:
-        path = ("kubernetes", "autoscaling")
-        if auto.min_replicas > auto.max_replicas:
-            report((*path, "min_replicas"), f"min_replicas ({auto.min_replicas}) exceeds max_replicas ({auto.max_replicas})")
-        if auto.metric == "external" and len(spec.service.models) != 1:
-            report((*path, "metric"), "an external (per-model) metric needs exactly one model in service.models")
-        if prom_duration_seconds(auto.scale_down_window) > 3600:
-            report((*path, "scale_down_window"), "at most 1h: the HPA's stabilizationWindowSeconds is limited to 3600")
-        if auto.kube_state_metrics and settings(spec) is None:
-            report((*path, "kube_state_metrics"), "the at-max alert is a capacity signal: add a capacity block")
-        ns = spec.service.selector.get("namespace")
-        if ns is not None and ns != auto.target.namespace:
-            report(
-                (*path, "target", "namespace"),
-                f"{auto.target.namespace!r} differs from service.selector.namespace {ns!r}: the HPA must run where "
-                "the vLLM pods are",
-            )
+    if spec.kubernetes.autoscaling is not None:
+        from genobs.plan.capacity_autoscaling import validate as validate_autoscaling
+
+        validate_autoscaling(spec, spec.kubernetes.autoscaling, settings(spec) is not None, report)
     cap = spec.capacity
     if cap is not None and cap.goodput is not None:
         g = cap.goodput

@@ -6,6 +6,7 @@ kube-state-metrics exports both replica counts per HPA."""
 from __future__ import annotations
 
 from genobs import promql as q
+from genobs.units import prom_duration_seconds
 
 KSM_CURRENT = "kube_horizontalpodautoscaler_status_current_replicas"
 KSM_MAX = "kube_horizontalpodautoscaler_spec_max_replicas"
@@ -35,3 +36,23 @@ def autoscaler(b, auto, spec_name: str) -> None:
         texts={"hpa": "{{ $labels.namespace }}/{{ $labels.horizontalpodautoscaler }}"},
         label_text="",
     )
+
+
+def validate(spec, auto, capacity_on: bool, report) -> None:
+    """kubernetes.autoscaling against the rest of the spec; report(path, message)."""
+    path = ("kubernetes", "autoscaling")
+    if auto.min_replicas > auto.max_replicas:
+        report((*path, "min_replicas"), f"min_replicas ({auto.min_replicas}) exceeds max_replicas ({auto.max_replicas})")
+    if auto.metric == "external" and len(spec.service.models) != 1:
+        report((*path, "metric"), "an external (per-model) metric needs exactly one model in service.models")
+    if prom_duration_seconds(auto.scale_down_window) > 3600:
+        report((*path, "scale_down_window"), "at most 1h: the HPA's stabilizationWindowSeconds is limited to 3600")
+    if auto.kube_state_metrics and not capacity_on:
+        report((*path, "kube_state_metrics"), "the at-max alert is a capacity signal: add a capacity block")
+    ns = spec.service.selector.get("namespace")
+    if ns is not None and ns != auto.target.namespace:
+        report(
+            (*path, "target", "namespace"),
+            f"{auto.target.namespace!r} differs from service.selector.namespace {ns!r}: the HPA must run where "
+            "the vLLM pods are",
+        )
