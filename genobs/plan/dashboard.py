@@ -150,7 +150,14 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
             max=1,
         ),
     ]
-    rows.append(Row("Latency", tuple(x for x in latency if x)))
+    if ctx.role("prefill"):
+        # a disaggregated fleet: the decode pace moves to the decode pool's own row
+        decode_pace = [x for x in latency[1:3] if x]
+        latency = [latency[0], *latency[3:]]
+        rows.append(Row("Latency (user-facing, decode pool)", tuple(x for x in latency if x)))
+        rows.extend(_pool_rows(p, ctx, tuple(decode_pace)))
+    else:
+        rows.append(Row("Latency", tuple(x for x in latency if x)))
 
     rows.append(
         Row(
@@ -346,6 +353,46 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         )
     )
     return tuple(rows)
+
+
+def _pool_rows(p: PanelMaker, ctx: Context, decode_pace: tuple[Panel, ...]) -> tuple[Row, ...]:
+    """Each pool of a disaggregated fleet gets its own latency row, read on its role label."""
+    assert ctx.roles is not None
+    label, prefill, decode = ctx.roles
+    prefill_panels = (
+        p.latency(
+            "prefill_pool_ttft",
+            "Prefill pool: time to first token",
+            f"TTFT on the prefill pods ({label}={prefill}), p50/p90/p99 and mean: their legs run with "
+            "max_tokens=1, so this is their queue + prefill. What users wait for their first token adds the "
+            "KV transfer and the decode pod's first step (the user-facing TTFT above reads the decode pool).",
+        ),
+        p.latency(
+            "prefill_pool_prefill_time",
+            "Prefill pool: prefill time",
+            f"Time requests spend in the PREFILL phase on the prefill pods ({label}={prefill}), p50/p90/p99 and "
+            "mean: compute per prompt. Rising with steady prompt lengths means compute pressure.",
+        ),
+        p.latency(
+            "prefill_pool_queue_time",
+            "Prefill pool: queue time",
+            f"Time in the scheduler queue of the prefill pods ({label}={prefill}) before prefill starts, "
+            "p50/p90/p99 and mean. The prefill pool's capacity signal; default buckets start at 0.3 s.",
+        ),
+    )
+    decode_panels = (
+        *decode_pace,
+        p.latency(
+            "decode_time",
+            "Decode pool: decode time",
+            f"Time requests spend in the DECODE phase on the decode pods ({label}={decode}), p50/p90/p99 and "
+            "mean: output length times the decode pace.",
+        ),
+    )
+    return (
+        Row(f"Prefill pool ({label}={prefill})", tuple(x for x in prefill_panels if x)),
+        Row(f"Decode pool ({label}={decode})", tuple(x for x in decode_panels if x)),
+    )
 
 
 def _running_waiting(p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> Panel:

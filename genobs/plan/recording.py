@@ -77,30 +77,41 @@ def _requests(r: Recorder) -> None:
 def _latencies(r: Recorder) -> None:
     """Each latency histogram's buckets are read from the raw series once, as one recorded
     bucket rate per grouping; every quantile, mean and SLO good-event count derives from it.
-    Prefill and decode time feed only the E2E decomposition: their means, no buckets."""
+    Prefill and decode time feed only the E2E decomposition: their means, no buckets (except
+    on a disaggregated fleet, whose decode-pool row shows decode-time quantiles)."""
     ctx = r.ctx
-    g = ctx.group
+    pools = bool(ctx.role("prefill"))
     for key, subject in LATENCIES.items():
         if key == "nixl_xfer_time" and "disaggregated_prefill" not in ctx.features:
             continue
         if not ctx.has(key):
             continue
-        if key in MEAN_ONLY:
+        if key in MEAN_ONLY and not (pools and key == "decode_time"):
             r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), ctx.sum_rate(key, "_count")))
             continue
-        r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
-        buckets = r.ref(f"{key}_buckets")
-        for quant in QUANTILES:
-            r.rules.append(
-                RecordingRule(
-                    record=ctx.rec(subject, "quantile"),
-                    # a histogram without observations gives NaN; ">= 0" drops it
-                    expr=f"histogram_quantile({quant:g}, {buckets}) >= 0",
-                    labels=(("quantile", f"{quant:g}"),),
-                )
+        _histogram(r, key, key, subject)
+    if pools:
+        # the prefill pool's own view: its legs run with max_tokens=1, so TTFT there is queue + prefill
+        for key, subject in (("ttft", "ttft_seconds"), ("prefill_time", "prefill_time_seconds"), ("queue_time", "queue_time_seconds")):
+            _histogram(r, f"prefill_pool_{key}", key, f"prefill_pool_{subject}", ctx.role("prefill"))
+
+
+def _histogram(r: Recorder, name: str, key: str, subject: str, extra: tuple[q.Matcher, ...] = ()) -> None:
+    """Bucket rate, p50/p90/p99 and mean of histogram `key` (restricted by `extra`), recorded as `name`."""
+    ctx = r.ctx
+    r.add(f"{name}_buckets", subject, "bucket", q.sum_by((*ctx.group, "le"), ctx.rate(key, "_bucket", extra)))
+    buckets = r.ref(f"{name}_buckets")
+    for quant in QUANTILES:
+        r.rules.append(
+            RecordingRule(
+                record=ctx.rec(subject, "quantile"),
+                # a histogram without observations gives NaN; ">= 0" drops it
+                expr=f"histogram_quantile({quant:g}, {buckets}) >= 0",
+                labels=(("quantile", f"{quant:g}"),),
             )
-        r.names[f"{key}_quantile"] = ctx.rec(subject, "quantile")
-        r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), r.count(key)))
+        )
+    r.names[f"{name}_quantile"] = ctx.rec(subject, "quantile")
+    r.add(f"{name}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum", extra), r.count(name)))
 
 
 def _tokens(r: Recorder) -> None:
