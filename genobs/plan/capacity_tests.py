@@ -80,9 +80,12 @@ class _Gen:
                 out.append(_series(name, self.engine(rank, le=floatToGoString(upper)), self.counter(count)))
         return out
 
-    def inputs(self, s: State) -> list[dict]:
+    def inputs(self, s: State, gpu_only: bool = False) -> list[dict]:
+        """The fleet's series; `gpu_only`: just what the GPU alerts read (the vLLM gauges and DCGM)."""
         ctx, out = self.ctx, []
         n = len(self.ident.ranks)
+        if gpu_only:
+            return self.gauges(s, n) + self.dcgm(s)
         for reason in ctx.catalog.reasons_for(ctx.version):
             rate = s.finished if reason == "stop" else 0
             for rank in self.ident.ranks:
@@ -100,13 +103,7 @@ class _Gen:
                 labels["model_name"] = self.ident.engine["model_name"]
             for name, rate in ((g.gateway.good, s.gateway_good), (g.gateway.total, s.finished)):
                 out.append(_series(name, labels, f"0+{_num(rate * 60)}x{self.minutes}"))
-        for key, value, growth in (("requests_running", s.running, 0.0), ("requests_waiting", s.waiting, s.waiting_growth)):
-            step = growth * 60 / n
-            for rank in self.ident.ranks:
-                sign = "-" if step < 0 else "+"
-                out.append(
-                    _series(ctx.metric(key), self.engine(rank), f"{_num(value / n)}{sign}{_num(abs(step))}x{self.minutes}")
-                )
+        out += self.gauges(s, n)
         if self.cap.gpu is not None:
             out += self.dcgm(s)
         auto = self.cap.autoscaling
@@ -120,6 +117,17 @@ class _Gen:
                 out.append(_series(name, ksm, f"{value}x{self.minutes}"))
         return out
 
+
+    def gauges(self, s: State, n: int) -> list[dict]:
+        out = []
+        for key, value, growth in (("requests_running", s.running, 0.0), ("requests_waiting", s.waiting, s.waiting_growth)):
+            step = growth * 60 / n
+            for rank in self.ident.ranks:
+                sign = "-" if step < 0 else "+"
+                out.append(
+                    _series(self.ctx.metric(key), self.engine(rank), f"{_num(value / n)}{sign}{_num(abs(step))}x{self.minutes}")
+                )
+        return out
 
     def dcgm(self, s: State) -> list[dict]:
         """dcgm-exporter's series of the pod's two GPUs, labelled as the exporter labels them."""
@@ -248,7 +256,7 @@ def build_capacity_tests(
             {
                 "name": f"capacity fault: {name}",
                 "interval": EVAL,
-                "input_series": _Gen(ctx, cap, ident, at).inputs(state),
+                "input_series": _Gen(ctx, cap, ident, at).inputs(state, gpu_only=name.startswith("VllmGpu")),
                 "alert_rule_test": cases,
             }
         )
@@ -260,7 +268,7 @@ def build_capacity_tests(
             {
                 "name": "capacity: GPUs at 95% with a short queue, VllmGpuSaturated silent",
                 "interval": EVAL,
-                "input_series": _Gen(ctx, cap, ident, at).inputs(busy),
+                "input_series": _Gen(ctx, cap, ident, at).inputs(busy, gpu_only=True),
                 "alert_rule_test": [{"eval_time": f"{at}m", "alertname": "VllmGpuSaturated", "exp_alerts": []}],
             }
         )
