@@ -75,6 +75,7 @@ BAD_SIDE = {
     "End-to-end latency": "high",
     "Queue time": "high",
     "NIXL transfer time": "high",
+    "NIXL failure and expiry ratios": "high",
     "Length and abort finishes": "high",
     "KV cache usage": "high",
     "Running vs waiting requests": "high",
