@@ -31,6 +31,7 @@ SIGNALS = (
     "metrics_absent",
     "engine_hung",
     "target_down",
+    "replica_outlier",
 )
 USE_CASES = ("chat", "rag", "agentic", "batch", "voice", "capacity")
 SLI_KINDS = ("ttft", "itl", "tpot", "e2e", "queue_time", "success")
@@ -344,6 +345,7 @@ class Alerts(_Model):
     metrics_absent: AlertOverride | None = None
     engine_hung: AlertOverride | None = None
     target_down: AlertOverride | None = None
+    replica_outlier: AlertOverride | None = None
 
 
 class BurnRate(_Model):

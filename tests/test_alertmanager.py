@@ -195,13 +195,27 @@ def test_alertmanager_inhibits_queue_and_latency_symptoms_under_a_fleet_hang(ale
     alerts = [
         _alert("VllmFleetNoProgress", "critical"),
         *symptoms,
+        _alert("VllmReplicaQueueOutlier", "warning", instance="10.0.0.12:8000"),
         _alert("VllmEngineHung", "warning", instance="10.0.0.11:8000"),  # names the replicas to restart
         _alert("VllmSuccessRatioLow", "critical"),  # not a queue symptom: stays
         _alert("VllmQueueTimeP99High", "warning", model_name="m2"),  # another model keeps its alerts
         _alert("VllmRequestsWaitingHigh", "critical", model_name="m2"),
         _alert("VllmTtftP99High", "critical", namespace="llm-staging"),  # outside the selector
     ]
-    _assert_inhibited(alertmanager, alerts, symptoms)
+    _assert_inhibited(alertmanager, alerts, [*symptoms, alerts[len(symptoms) + 1]])
+
+
+def test_alertmanager_inhibits_the_queue_outlier_of_the_hung_instance_only(alertmanager: str):
+    hung, other = {"instance": "10.0.0.11:8000"}, {"instance": "10.0.0.12:8000"}
+    outlier = _alert("VllmReplicaQueueOutlier", "warning", **hung)  # requests pile up behind the hang
+    alerts = [
+        _alert("VllmEngineHung", "warning", **hung),
+        outlier,
+        _alert("VllmReplicaTtftOutlier", "warning", **other),  # a slow replica that is not hung
+        _alert("VllmReplicaQueueOutlier", "warning", **hung, model_name="m2"),  # another model on that address
+        _alert("VllmTtftP99High", "warning"),  # the model's own alert: the other replicas still serve
+    ]
+    _assert_inhibited(alertmanager, alerts, [outlier])
 
 
 def test_alertmanager_inhibits_the_symptoms_of_one_hung_instance(tmp_path: Path):

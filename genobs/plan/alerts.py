@@ -14,10 +14,11 @@ from genobs import promql as q
 from genobs.plan import liveness
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule
-from genobs.plan.recording import Recorder
+from genobs.plan.recording import Recorder, peer_group
 from genobs.units import format_percent, format_seconds, parse_number, parse_ratio, parse_seconds
 
 SEVERITIES = ("critical", "warning", "info")
+WAITING_FLOOR = 10.0  # queue-outlier floor when the waiting alert is off (its default warning)
 
 
 @functools.cache
@@ -70,6 +71,7 @@ class Resolved:
     description: str
     unit: str = ""
     value_format: str = ""  # printf format of $value in the description; default by kind
+    value_kind: str = ""  # kind of $value when it differs from the threshold's (an outlier's factor)
 
     @property
     def comparator(self) -> str:
@@ -154,6 +156,7 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
                 alert["description"],
                 alert.get("unit", ""),
                 alert.get("value_format", ""),
+                alert.get("value_kind", ""),
             )
         )
     return out
@@ -202,6 +205,30 @@ def _capacity_lost(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
     return f"{series} {op} {t}", series, "Scrape targets up"
 
 
+def _outlier(
+    b: AlertBuilder, key: str, k: str, floor: float | None, panel: str, g: tuple[str, ...]
+) -> tuple[str, str, str] | None:
+    """One replica's figure above k x the median of the model's replicas, with at least
+    MIN_PEERS replicas to compare (fewer cannot tell which one is the outlier)."""
+    if "instance" in b.ctx.group or key not in b.rec.names:
+        return None  # every replica is its own group (no peers), or no such series
+    series = b.rec.ref(key)
+    median = f"{k} * quantile {q.by(g)} (0.5, {series})"
+    expr = f"{series} > {q.on(g)} group_left () ({median})"
+    if floor is not None:
+        expr += f" and {series} > {floor:g}"
+    expr += f" and {q.on(g)} count {q.by(g)} ({series}) >= {MIN_PEERS}"
+    return expr, series, panel
+
+
+MIN_PEERS = 3
+
+
+def waiting_floor(levels: dict[str, float]) -> float:
+    """A queue outlier must also be a real queue: above the per-replica waiting warning
+    (`levels`: severity -> threshold of VllmRequestsWaitingHigh; its lowest without a warning)."""
+    return levels.get("warning", min(levels.values(), default=WAITING_FLOOR))
+
 _LIVENESS = {
     "VllmServingCapacityLost": _capacity_lost,
     "VllmEngineHung": _hung, "VllmFleetNoProgress": _no_progress, "VllmMetricsFrozen": _frozen}
@@ -209,6 +236,7 @@ _LIVENESS = {
 
 class AlertBuilder:
     def __init__(self, ctx: Context, rec: Recorder, base_url: str, team: str | None):
+        self.waiting_floor: float = WAITING_FLOOR
         self.ctx = ctx
         self.rec = rec
         self.base_url = base_url
@@ -278,12 +306,18 @@ class AlertBuilder:
             # a target that is up but exports no engine series, or no target at all
             expr = f"absent({up}) or ({up} == 1 unless on (instance) count by (instance) ({series}))"
             return expr, series, "Running vs waiting requests"
+        if a.name == "VllmReplicaTtftOutlier":
+            return _outlier(self, "replica_ttft_mean", t, None, "Mean TTFT by replica", ctx.group)
+        if a.name == "VllmReplicaQueueOutlier":
+            return _outlier(self, "replica_waiting", t, self.waiting_floor, "Waiting requests by replica", peer_group(ctx))
         if a.name in _LIVENESS:
             return _LIVENESS[a.name](self, op, t)
         raise KeyError(f"no expression for alert {a.name}")
 
     def build(self, resolved: list[Resolved]) -> list[AlertRule]:
         rules: list[AlertRule] = []
+        waiting = next((a for a in resolved if a.signal == "waiting_requests"), None)
+        self.waiting_floor = waiting_floor(dict(waiting.levels) if waiting else {})
         labels_text = labels_template(self.ctx.group)
         process_text = labels_template(self.ctx.process_group)
         for a in resolved:
@@ -293,7 +327,7 @@ class AlertBuilder:
                     continue
                 expr, series, panel = found
                 threshold_text = format_threshold(a.kind, threshold) + a.unit if a.kind != "none" else ""
-                value = f"{{{{ $value | {_HUMANIZE[a.kind]} }}}}"
+                value = f"{{{{ $value | {_HUMANIZE[a.value_kind or a.kind]} }}}}"
                 if a.value_format:
                     value = f'{{{{ $value | printf "{a.value_format}" }}}}'
                 description = a.description.format(

@@ -257,6 +257,8 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
             )
         )
     rows.append(Row("Engine and scheduler", tuple(engine)))
+    if "replica_ttft_mean" in rec.names:
+        rows.append(Row("Replicas", _replica_panels(p)))
 
     if "spec_token_ratio" in rec.names:
         panels = []
@@ -461,3 +463,24 @@ def lead_row(rows: tuple[Row, ...], titles: list[str], kpi: str) -> Row:
     if missing:
         raise AssertionError(f"dashboard_lead names panels that do not exist: {missing}")
     return Row(f"Key indicators: {kpi}", tuple(panels[t] for t in titles))
+
+
+def _replica_panels(p: PanelMaker) -> tuple[Panel, ...]:
+    """One line per replica: the figures the outlier alerts compare with the model's median."""
+    legend = p.legend("{{instance}}")
+    return (
+        Panel(
+            "Mean TTFT by replica",
+            "Mean time to first token of each replica with traffic. One line far above the others is "
+            "a replica worse than its peers (VllmReplicaTtftOutlier).",
+            "s",
+            (Target(p.sel("replica_ttft_mean"), legend),),
+        ),
+        Panel(
+            "Waiting requests by replica",
+            "Requests waiting on each replica. One replica queueing while its peers do not points at "
+            "routing or at that replica, not at missing capacity (VllmReplicaQueueOutlier).",
+            "short",
+            (Target(p.sel("replica_waiting"), legend),),
+        ),
+    )

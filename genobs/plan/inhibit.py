@@ -4,8 +4,9 @@
 - an SLO burn silences the threshold alerts of the same signal and labels (a fast burn every
   severity, a slow burn warnings): the burn already says users are hurt on that signal;
 - a hang silences its symptoms (queue, waiting, TTFT, E2E, KV saturation; the list is
-  `hang_symptoms` in signals.yaml): VllmEngineHung those of its own instance (alerts that
-  carry `instance`), VllmFleetNoProgress those of its model.
+  `hang_symptoms` in signals.yaml): VllmEngineHung those of its own instance (the replica
+  outliers, or every symptom when `instance` is a grouping label), VllmFleetNoProgress those
+  of its model.
 Every rule is restricted to this spec's alert names and selector."""
 
 from __future__ import annotations
@@ -63,18 +64,20 @@ def build_inhibit_rules(ctx: Context, alerts: list[AlertRule]) -> tuple[dict, ..
                     "equal": ["signal", *ctx.group],
                 }
             )
-    symptoms = {a.name for a in alerts if a.signal in signal_data()["hang_symptoms"] and not _slo(a)}
+    data = signal_data()
+    symptoms = {a.name for a in alerts if a.signal in data["hang_symptoms"] and not _slo(a)}
+    # an alert without `instance` never equals a source that has one: per-instance symptoms only
+    per_instance = {
+        n for n in symptoms if "instance" in ctx.group or data["alerts"].get(n, {}).get("per_instance")
+    }
     names = {a.name for a in alerts}
-    hangs = [("VllmFleetNoProgress", ctx.group)]
-    # an alert without `instance` never equals a source that has one: only per-instance symptoms
-    if "instance" in ctx.group:
-        hangs.insert(0, ("VllmEngineHung", ctx.group))
-    for hang, labels in hangs:
-        if hang in names and symptoms:
+    hangs = (("VllmEngineHung", (*ctx.group, "instance"), per_instance), ("VllmFleetNoProgress", ctx.group, symptoms))
+    for hang, labels, targets in hangs:
+        if hang in names and targets:
             rules.append(
                 {
                     "source_matchers": [_matcher("alertname", "=", hang), *fixed],
-                    "target_matchers": [_names(symptoms), *fixed],
+                    "target_matchers": [_names(targets), *fixed],
                     "equal": list(dict.fromkeys(labels)),
                 }
             )

@@ -114,6 +114,18 @@ def _histogram(r: Recorder, name: str, key: str, subject: str, extra: tuple[q.Ma
     r.add(f"{name}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum", extra), r.count(name)))
 
 
+def _replica_ttft(r: Recorder) -> None:
+    """Mean TTFT per replica with traffic (one series per replica, from _sum and _count: no
+    per-replica buckets), for the outlier alert that compares replicas with their median."""
+    ctx = r.ctx
+    rl = liveness.replica_labels(ctx)
+    if "instance" in ctx.group or not ctx.has("ttft"):
+        return  # every replica is its own group: there are no peers to compare with
+    count = q.sum_by(rl, ctx.rate("ttft", "_count"))
+    busy = f"({count} >= {ctx.min_request_rate:g}) > 0"
+    r.add("replica_ttft_mean", "replica_ttft_seconds", "mean", f"{q.sum_by(rl, ctx.rate('ttft', '_sum'))} / ({busy})")
+
+
 def _tokens(r: Recorder) -> None:
     ctx = r.ctx
     g = ctx.group
@@ -168,6 +180,16 @@ def _decomposition(r: Recorder) -> None:
         r.add(f"{part}_share", f"e2e_{part}_share", "ratio", q.ratio(r.ref(f"{part}_mean"), r.ref("e2e_mean")))
 
 
+def pool_label(ctx: Context) -> tuple[str, ...]:
+    """The role label of a disaggregated fleet's pools (prefill and decode queue differently)."""
+    return (ctx.roles[0],) if ctx.roles is not None and ctx.role("prefill") else ()
+
+
+def peer_group(ctx: Context) -> tuple[str, ...]:
+    """Replicas that are each other's peers: the grouping labels, and the pool where there are pools."""
+    return tuple(dict.fromkeys((*ctx.group, *pool_label(ctx))))
+
+
 def _engine(r: Recorder) -> None:
     ctx = r.ctx
     g = ctx.group
@@ -179,14 +201,15 @@ def _engine(r: Recorder) -> None:
     r.add("kv_cache_usage_queueing", "kv_cache_usage_with_waiting", "max", q.max_by(g, queueing))
     r.add("running", "requests_running", "sum", q.sum_by(g, ctx.raw("requests_running")))
     r.add("waiting", "requests_waiting", "sum", q.sum_by(g, waiting))
+    # per replica (and pool): the queue-outlier alert compares each replica with its pool's median
+    replica = tuple(dict.fromkeys((*liveness.replica_labels(ctx), *pool_label(ctx))))
+    r.add("replica_waiting", "replica_requests_waiting", "sum", q.sum_by(replica, waiting))
     # the fleet's queue spread over the replicas that serve the model: a total ignores replica count
-    per_replica = q.sum_by(liveness.replica_labels(ctx), waiting)
-    average = f"avg {q.by(g)} ({per_replica})"
-    if ctx.roles is not None and ctx.role("prefill"):
+    average = f"avg {q.by(g)} ({r.ref('replica_waiting')})"
+    if pool_label(ctx):
         # prefill and decode pods differ in what a queue costs and in how many serve: average within
         # each pool and report the worse one, so a queue on the small prefill pool is not diluted
-        pooled = (*liveness.replica_labels(ctx), ctx.roles[0])
-        average = f"max {q.by(g)} (avg {q.by((*g, ctx.roles[0]))} ({q.sum_by(pooled, waiting)}))"
+        average = f"max {q.by(g)} (avg {q.by(peer_group(ctx))} ({r.ref('replica_waiting')}))"
     r.add("waiting_per_replica", "requests_waiting_per_replica", "avg", average)
     if deferred_split(ctx):
         deferred = ctx.raw("requests_waiting_by_reason", extra=(("reason", "=", "deferred"),))
@@ -305,6 +328,7 @@ def build_recording(ctx: Context) -> Recorder:
     r = Recorder(ctx)
     _requests(r)
     _latencies(r)
+    _replica_ttft(r)
     _tokens(r)
     _decomposition(r)
     _engine(r)

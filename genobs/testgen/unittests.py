@@ -84,7 +84,7 @@ class _Planner:
         self.recording = [r for g in groups for r in g.rules if isinstance(r, RecordingRule)]
         ident = identity(ctx)
         assert ident is not None
-        self.env = Env(ctx, ident, _minutes(ctx.window), discover_slos(ctx, groups))
+        self.env = Env(ctx, ident, _minutes(ctx.window), discover_slos(ctx, groups), alerts=tuple(self.alerts))
         self.env.healthy = healthy_fleet(self.env, self.alerts)
         self.notes: list[str] = []
 
@@ -134,6 +134,8 @@ class _Planner:
         if found is None:
             raise ValueError(f"cannot read the threshold of {rule.name}: {rule.expr}")
         op, t = found
+        if probe.compared is not None:
+            value = probe.compared(self.env, fleet, at)
         if math.isnan(value) or (value != t and math.isclose(value, t, rel_tol=1e-9, abs_tol=1e-12)):
             return None
         return _COMPARE[op](value, t)
@@ -298,7 +300,9 @@ class _Planner:
         assert self.env.healthy is not None
         packs: list[Pack] = []
         for case in sorted(cases, key=lambda c: -c.minutes):
-            for pack in packs:
+            # a fault that adds replicas changes every other alert's value: it gets a group of its own
+            open_packs = [] if case.probe.alone else [p for p in packs if not p.cases[0].probe.alone]
+            for pack in open_packs:
                 try:
                     fleet = case.probe.fault(self.env, pack.fleet, case.param)
                 except ValueError:

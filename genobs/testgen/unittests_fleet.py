@@ -107,6 +107,8 @@ class Fleet:
     target_up: bool = True  # value of `up`
     extra_bounds: tuple[tuple[str, tuple[float, ...]], ...] = field(default=())  # SLO thresholds added as buckets
     dropped_bounds: tuple[tuple[str, tuple[float, ...]], ...] = field(default=())  # buckets the engine lacks
+    peer: Fleet | None = None  # other replicas of the model beside this one (outlier cases), all like this
+    peers: int = 0  # how many
 
     def reasons(self) -> dict[str, int]:
         return dict(self.finish)
@@ -336,7 +338,17 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
             for i, rank in enumerate(ident.ranks):
                 value = _gauge_value(key, fleet, i, n) if fleet.counting else 0
                 out.append(_series(base, engine_labels(rank), _gauge(value, minutes)))
+    if fleet.peer is not None:
+        for i in range(fleet.peers):
+            out.extend(input_series(ctx, fleet.peer, peer_identity(ident, i), needed, minutes))
     return out
+
+
+def peer_identity(ident: Identity, index: int) -> Identity:
+    """Another replica of the same model: the same labels on another scrape target."""
+    instance = f"{ident.engine['instance']}-peer{index + 1}"
+    process = {**ident.process, "instance": instance} if "instance" in ident.process else ident.process
+    return replace(ident, engine={**ident.engine, "instance": instance}, process=process)
 
 
 def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str, str], float]]:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from genobs.plan.alerts import LATENCY_ALERTS
+from genobs.plan.alerts import LATENCY_ALERTS, MIN_PEERS, waiting_floor
 from genobs.plan.context import Context
 from genobs.plan.liveness import failed_reasons
 from genobs.plan.model import AlertRule
@@ -67,6 +67,7 @@ class Env:
     window: int  # minutes of the recording rules' rate window
     slos: dict[str, SloDef]
     healthy: Fleet | None = None
+    alerts: tuple[AlertRule, ...] = ()
     inexact: bool = False  # set when a computed value may differ from Prometheus' in the last digit
     memo: dict = field(default_factory=dict)  # unittests_slo.slo_totals: (slo, fleet, minute, window) -> totals
 
@@ -108,6 +109,8 @@ class Probe:
     engine: bool = True  # the alert reads engine series (False: process or scrape series only)
     liveness: str = ""  # hung | frozen: the alert is about engine counters that stopped; others cannot fire then
     tag: str | None = None  # the `slo` label of other per-SLO alerts
+    compared: Callable[[Env, Fleet, int], float] | None = None  # what the threshold applies to, if not value
+    alone: bool = False  # the fault adds replicas: its test group holds no other fault
 
 
 def threshold(rule: AlertRule) -> tuple[str, float] | None:
@@ -363,6 +366,62 @@ _NO_PROGRESS = Probe(
     liveness="hung",
 )
 
+# --- one replica against its peers (the fleet gets MIN_PEERS - 1 healthy peers) ------------------
+
+
+def _with_peers(env: Env, fleet: Fleet, **changes) -> Fleet:
+    assert env.healthy is not None
+    return _with(fleet, peer=env.healthy, peers=MIN_PEERS - 1, **changes)
+
+
+def _mean_ttft(env: Env, fleet: Fleet, at: int) -> float:
+    """One replica's recorded mean TTFT: sum over its ranks of rate(_sum) / rate(_count)."""
+    total = sum(c for _, c in fleet.dist("ttft"))
+    return env.rate(float(hist_sum_rate(env.ctx, fleet, "ttft")), at) / env.rate(total, at)
+
+
+def _ttft_vs_peers(env: Env, fleet: Fleet, at: int) -> float:
+    if fleet.peer is None or fleet.peers + 1 < MIN_PEERS:
+        return 0.0
+    return _mean_ttft(env, fleet, at) / _mean_ttft(env, fleet.peer, at)  # the median is a peer's
+
+
+def _ttft_buckets(env: Env, _: tuple[float, ...]) -> Iterable[object]:
+    assert env.healthy is not None
+    body = env.healthy.dist("ttft")[0][0]
+    return range(body + 1, len(bounds(env.ctx, "ttft", env.healthy)))
+
+
+_TTFT_OUTLIER = Probe(
+    "replica",
+    _mean_ttft,
+    lambda env, fleet, j: _with_peers(env, fleet.with_dist("ttft", ((j, REQUESTS),))),
+    _ttft_buckets,
+    approximate=True,
+    compared=_ttft_vs_peers,
+    alone=True,
+)
+
+
+def _queue_vs_peers(env: Env, fleet: Fleet, at: int) -> float:
+    if fleet.peer is None or fleet.peers + 1 < MIN_PEERS:
+        return 0.0
+    levels = {a.severity: a.threshold for a in env.alerts if a.name == "VllmRequestsWaitingHigh"}
+    if fleet.waiting <= waiting_floor({k: v for k, v in levels.items() if v is not None}):
+        return 0.0
+    median = fleet.peer.waiting
+    return fleet.waiting / median if median else math.inf
+
+
+_QUEUE_OUTLIER = Probe(
+    "replica",
+    lambda env, fleet, at: float(fleet.waiting),
+    lambda env, fleet, w: _with_peers(env, fleet, waiting=w),
+    lambda env, _: range(1, 2001),
+    compared=_queue_vs_peers,
+    alone=True,
+)
+
 PROBES: dict[str, Probe] = {
     "VllmTtftP99High": _latency("ttft"),
     "VllmItlP99High": _latency("itl"),
@@ -386,6 +445,8 @@ PROBES: dict[str, Probe] = {
     "VllmMetricsFrozen": _FROZEN,
     "VllmEngineHung": _HUNG,
     "VllmFleetNoProgress": _NO_PROGRESS,
+    "VllmReplicaTtftOutlier": _TTFT_OUTLIER,
+    "VllmReplicaQueueOutlier": _QUEUE_OUTLIER,
 }
 LATENCY_KEYS = {name: key for name, (key, _) in LATENCY_ALERTS.items()}
 
