@@ -17,7 +17,7 @@ from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.liveness import replica_labels, target_labels
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
-from genobs.plan.recording import Recorder
+from genobs.plan.recording import Recorder, pool_label
 from genobs.testgen.humanize import expand
 from genobs.testgen.unittests_fleet import Fleet, identity, input_series, quantile_of
 from genobs.testgen.unittests_probes import (
@@ -155,6 +155,8 @@ class _Planner:
             return {k: ident.process[k] for k in target_labels(ctx)}
         if probe.labels == "replica":
             return {k: ident.engine[k] for k in replica_labels(ctx)}
+        if probe.labels == "pool_replica":  # a replica and its pool (the role label of P/D fleets)
+            return {k: ident.engine[k] for k in (*replica_labels(ctx), *pool_label(ctx))}
         labels = {k: ident.engine[k] for k in ctx.group}
         if probe.labels == "quantile":
             labels["quantile"] = "0.99"

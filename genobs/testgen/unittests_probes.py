@@ -98,7 +98,7 @@ class Env:
 class Probe:
     """How to make one alert fire and what it then reports."""
 
-    labels: str  # group | quantile | process | up | absent | slo
+    labels: str  # group | quantile | process | up | absent | slo | replica | pool_replica
     value: Callable[[Env, Fleet, int], float]  # the alert's $value at a minute
     fault: Callable[[Env, Fleet, object], Fleet]  # the fleet with the knob set to a candidate
     params: Callable[[Env, tuple[float, ...]], Iterable[object]]  # candidates, mild to severe
@@ -414,7 +414,7 @@ def _queue_vs_peers(env: Env, fleet: Fleet, at: int) -> float:
 
 
 _QUEUE_OUTLIER = Probe(
-    "replica",
+    "pool_replica",
     lambda env, fleet, at: float(fleet.waiting),
     lambda env, fleet, w: _with_peers(env, fleet, waiting=w),
     lambda env, _: range(1, 2001),
