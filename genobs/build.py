@@ -68,9 +68,12 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
     return Output(plan.name, str(path), files, plan.warnings)
 
 
-def render_all(paths: list[Path], kubernetes: bool | None = None) -> list[Output]:
+def render_all(
+    paths: list[Path], kubernetes: bool | None = None, on_output: Callable[[Output], None] | None = None
+) -> list[Output]:
     """Render every spec; collect every problem before failing. Anything but a
-    SpecError is re-raised as InternalError naming the spec."""
+    SpecError is re-raised as InternalError naming the spec. `on_output` sees each
+    accepted output as soon as it is rendered (checks start while the next renders)."""
     problems: list[Problem] = []
     outputs: list[Output] = []
     names: dict[str, str] = {}
@@ -112,6 +115,8 @@ def render_all(paths: list[Path], kubernetes: bool | None = None) -> list[Output
         uids[uid] = str(path)
         names[out.name] = str(path)
         outputs.append(out)
+        if on_output is not None:
+            on_output(out)
     if problems:
         raise SpecError(problems)
     return outputs
@@ -128,20 +133,63 @@ def write(
     return replace_dirs({root / out.name: out.files for out in outputs}, force=force, check=check)
 
 
-def check(target: Path, name: str | None = None) -> list[promtool.Result]:
-    """promtool check rules (and test rules, where tests exist) on one output folder
-    (`name`: the spec's name, when the folder is a staged copy under another name)."""
-    rules = sorted((target / "prometheus").glob("*.yaml"))
-    results = [promtool.check_rules(rules)]
-    tests = sorted((target / "prometheus" / "tests").glob("*.yaml"))
-    if tests:
-        results.append(
-            promtool.test_rules([t.relative_to(target / "prometheus") for t in tests], cwd=target / "prometheus")
-        )
+def check_jobs(target: Path, name: str | None = None) -> list[Callable[[], promtool.Result]]:
+    """The checks of one output folder, each runnable on its own (`name`: the spec's name,
+    when the folder is a copy under another name): one promtool check rules over every rule
+    file, one promtool test rules per test file (so they can run in parallel), and the
+    PrometheusRule manifest's groups."""
+    prometheus = target / "prometheus"
+    rules = sorted(prometheus.glob("*.yaml"))
+    jobs: list[Callable[[], promtool.Result]] = [lambda: promtool.check_rules(rules)]
+    for test in sorted((prometheus / "tests").glob("*.yaml")):
+        jobs.append(lambda test=test: promtool.test_rules([test.relative_to(prometheus)], cwd=prometheus))
     operator_rule = target / "kubernetes" / "prometheusrule.yaml"
     if operator_rule.is_file():
-        results.append(check_prometheusrule(operator_rule, name or target.name))
-    return results
+        jobs.append(lambda: check_prometheusrule(operator_rule, name or target.name))
+    return jobs
+
+
+def check(target: Path, name: str | None = None) -> list[promtool.Result]:
+    """promtool check rules (and test rules, where tests exist) on one output folder."""
+    return [job() for job in check_jobs(target, name)]
+
+
+class Checks:
+    """promtool on every output as soon as it is rendered, in parallel (one process per core),
+    on a private copy of its files in a temporary folder: the bytes that will be swapped in,
+    checked while later specs still render. Results come back in submission order."""
+
+    def __init__(self, workers: int | None = None):
+        import os
+        import tempfile
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="genobs-check-")
+        self._pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2)
+        self._futures: list = []
+
+    def submit(self, out: Output) -> None:
+        target = Path(self._tmp.name) / out.name
+        for rel, data in out.files.items():
+            path = target / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        self._futures += [self._pool.submit(job) for job in check_jobs(target, out.name)]
+
+    def results(self) -> list[promtool.Result]:
+        return [f.result() for f in self._futures]
+
+    def close(self) -> None:
+        for f in self._futures:
+            f.cancel()
+        self._pool.shutdown(wait=True)
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Checks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def check_prometheusrule(path: Path, name: str | None = None) -> promtool.Result:

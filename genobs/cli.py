@@ -4,6 +4,7 @@ modules are imported only when a command runs, so --help and completion stay fas
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -143,8 +144,9 @@ _fail_spec = fail_spec
 def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, kubernetes: bool, force: bool) -> None:
     """Build SPECS (files or folders of *.yaml) into OUTPUT/<name>/.
 
-    Every folder is staged and checked with promtool first; only when all checks
-    pass are the folders swapped in, all together. A failed check leaves OUTPUT as
+    Every output is checked with promtool first (a private copy of its files, while
+    later specs still render, one promtool per core); only when all checks pass are
+    the folders staged and swapped in, all together. A failed check leaves OUTPUT as
     it was."""
     from genobs import build as pipeline
     from genobs import promtool
@@ -154,46 +156,42 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
         if not s.exists():
             click.echo(f"{s}: error: no such file or folder", err=True)
             sys.exit(2)
-    try:
-        outputs = pipeline.render_all(list(specs), kubernetes=kubernetes or None)
-    except SpecError as exc:
-        fail_spec(exc)
-    if not outputs:
-        click.echo("no specs found", err=True)
-        sys.exit(2)
-    for out in outputs:
-        for warning in out.warnings:
-            click.echo(printable(f"{out.spec_file}: warning: {warning}"), err=True)
-    kept = ", ".join(f"{output / o.name}/" for o in outputs)
     run_checks = not no_check
-    if run_checks and promtool.find() is None:
-        msg = "promtool not found on PATH: rules were not checked (install Debian's 'prometheus' package)"
-        if strict:
-            click.echo(f"error: {msg}", err=True)
-            click.echo(f"nothing was written; {kept} {'stays' if len(outputs) == 1 else 'stay'} as it was", err=True)
-            sys.exit(1)
-        click.echo(f"warning: {msg}", err=True)
-        run_checks = False
-    names = {output / o.name: o.name for o in outputs}
-
-    def check_staged(staged: list[tuple[Path, Path]]) -> None:
-        failed = False
-        for target, path in staged:
-            for result in pipeline.check(path, names[target]):
-                if not result.ok:
-                    click.echo(result.output, err=True)
-                    failed = True
-        if failed:
-            raise _ChecksFailed()
-
-    try:
-        dirs = pipeline.write(outputs, output, force=force, check=check_staged if run_checks else None)
-    except _ChecksFailed:
+    promtool_missing = run_checks and promtool.find() is None
+    with contextlib.ExitStack() as stack:
+        checks = stack.enter_context(pipeline.Checks()) if run_checks and not promtool_missing else None
+        try:
+            outputs = pipeline.render_all(
+                list(specs), kubernetes=kubernetes or None, on_output=checks.submit if checks else None
+            )
+        except SpecError as exc:
+            stack.close()  # stop the checks already running before exiting
+            fail_spec(exc)
+        if not outputs:
+            click.echo("no specs found", err=True)
+            sys.exit(2)
+        for out in outputs:
+            for warning in out.warnings:
+                click.echo(printable(f"{out.spec_file}: warning: {warning}"), err=True)
+        kept = ", ".join(f"{output / o.name}/" for o in outputs)
+        if promtool_missing:
+            msg = "promtool not found on PATH: rules were not checked (install Debian's 'prometheus' package)"
+            if strict:
+                click.echo(f"error: {msg}", err=True)
+                click.echo(f"nothing was written; {kept} {'stays' if len(outputs) == 1 else 'stay'} as it was", err=True)
+                sys.exit(1)
+            click.echo(f"warning: {msg}", err=True)
+        failed = [r for r in checks.results() if not r.ok] if checks else []
+    if failed:
+        for result in failed:
+            click.echo(result.output, err=True)
         click.echo(
             f"promtool checks failed; nothing was written: {kept} {'stays' if len(outputs) == 1 else 'stay'} as it was",
             err=True,
         )
         sys.exit(1)
+    try:
+        dirs = pipeline.write(outputs, output, force=force)
     except WriteRefused as exc:
         for line in exc.lines:
             click.echo(printable(f"error: {line}"), err=True)
@@ -208,10 +206,6 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
         sys.exit(1)
     for out, target in zip(outputs, dirs):
         click.echo(printable(f"{out.spec_file} -> {target}/ ({len(out.files)} files)"))
-
-
-class _ChecksFailed(Exception):
-    pass
 
 
 @main.command()
