@@ -52,17 +52,19 @@ class Context:
         labels = tuple(label for label in self.group if label != "model_name")
         return labels if "instance" in labels else (*labels, "instance")
 
-    def raw_matchers(self, process: bool = False) -> tuple[q.Matcher, ...]:
+    def raw_matchers(self, process: bool = False, models: bool = True) -> tuple[q.Matcher, ...]:
+        """`models=False`: no model list, for a side of a binary operation whose other side
+        already selected the spec's models (matching on the grouping labels drops the rest)."""
         out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector]
-        if self.models and not process:
+        if self.models and not process and models:
             out.append(("model_name", "=~", q.any_of(self.models)))
         return tuple(out)
 
-    def recorded_matchers(self, process: bool = False) -> tuple[q.Matcher, ...]:
-        """Matchers that pick this spec's series out of a recorded metric."""
+    def recorded_matchers(self, process: bool = False, models: bool = True) -> tuple[q.Matcher, ...]:
+        """Matchers that pick this spec's series out of a recorded metric (`models`: as raw_matchers)."""
         kept = self.process_group if process else self.group
         out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector if k in kept]
-        if self.models and not process and "model_name" in kept:
+        if self.models and not process and "model_name" in kept and models:
             out.append(("model_name", "=~", q.any_of(self.models)))
         return tuple(out)
 
@@ -84,11 +86,18 @@ class Context:
         label, prefill, decode = self.roles
         return ((label, "=", prefill if which == "prefill" else decode),)
 
-    def raw(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = (), all_roles: bool = False) -> str:
+    def raw(
+        self,
+        key: str,
+        suffix: str = "",
+        extra: tuple[q.Matcher, ...] = (),
+        all_roles: bool = False,
+        models: bool = True,
+    ) -> str:
         """Raw selector; user-facing series read the decode pool unless `all_roles`."""
         if key in USER_FACING and not all_roles and not any(m[0] == (self.roles or ("",))[0] for m in extra):
             extra = self.role("decode") + extra
-        return q.selector(self.metric(key, suffix), self.raw_matchers(self.is_process(key)) + extra)
+        return q.selector(self.metric(key, suffix), self.raw_matchers(self.is_process(key), models) + extra)
 
     def up(self) -> str:
         """The scrape-health series of the targets behind the selector."""
@@ -103,8 +112,10 @@ class Context:
         group = self.process_group if self.is_process(key) else self.group
         return q.sum_by((*group, *labels), self.rate(key, suffix, extra))
 
-    def recorded(self, name: str, extra: tuple[q.Matcher, ...] = (), process: bool = False) -> str:
-        return q.selector(name, self.recorded_matchers(process) + extra)
+    def recorded(
+        self, name: str, extra: tuple[q.Matcher, ...] = (), process: bool = False, models: bool = True
+    ) -> str:
+        return q.selector(name, self.recorded_matchers(process, models) + extra)
 
     def slo_recorded(self, name: str, slo: str) -> str:
         """An SLO's own recorded series: its base window already selected the spec's models, so
