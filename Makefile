@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: examples test setup promtool lint golden bench
+.PHONY: examples test setup promtool lint golden bench fuzz
 
 $(BIN)/genobs: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +34,6 @@ golden: setup
 bench: setup
 	$(BIN)/python bench/bench_build.py
 	$(BIN)/python bench/bench_rules.py
+
+fuzz: setup
+	$(BIN)/python bench/fuzz_specs.py --cases 10000
