@@ -207,16 +207,22 @@ def exact_sum(values: Iterable[float]) -> float:
         for v in values:
             out += v
         return out
-    fractions = [Fraction(v) for v in values]
-    unit = max(f.denominator for f in fractions)
-    if all(f >= 0 for f in fractions) and sum(fractions) * unit < 2**53:
-        return float(sum(fractions))
+    # in integers of the finest binary unit (float denominators are powers of two): the same
+    # test as summing Fractions, without their cost (long SLO windows sum hundreds of values)
+    ratios = [v.as_integer_ratio() for v in values]
+    unit = max(d for _, d in ratios)
+    total = sum(n * (unit // d) for n, d in ratios)
+    if all(n >= 0 for n, _ in ratios) and total < 2**53:
+        return total / unit
     raise Indeterminate(f"the sum of {sorted(nonzero)} depends on the order of addition")
 
 
 def approx_sum(values: Iterable[float]) -> float:
     """Sum of series values, correctly rounded (Prometheus' result may differ in the last digit)."""
-    return float(sum((Fraction(float(v)) for v in values), Fraction(0)))
+    values = [float(v) for v in values]
+    if all(math.isfinite(v) for v in values):
+        return math.fsum(values)  # correctly rounded, as the sum of Fractions
+    return float(sum((Fraction(v) for v in values), Fraction(0)))
 
 
 @functools.cache
