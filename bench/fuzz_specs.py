@@ -126,6 +126,9 @@ def main() -> None:
             if failures <= 5:
                 print(f"--- case {i}: input\n{text}\n--- traceback", file=sys.stderr)
                 traceback.print_exc()
+        if (i + 1) % 1000 == 0:
+            wall = time.perf_counter() - start
+            print(f"{i + 1} cases, {wall:.0f} s: {counts}, {failures} other outcomes", file=sys.stderr, flush=True)
     wall = time.perf_counter() - start
     print(
         f"{args.cases} cases in {wall:.0f} s ({args.cases / wall:.1f} cases/s): {counts['ok']} planned, "
