@@ -422,6 +422,24 @@ class Dashboard(_Model):
     uid: Annotated[str, AfterValidator(lambda v: _uid(v))] | None = Field(None, description="Grafana uid.")
     folder: SafeValue | None = Field(None, description="Grafana folder (used by the provisioning output).")
     refresh: PromDuration = Field("30s", description="Auto-refresh interval.")
+    base_url: str | None = Field(
+        None,
+        description="Grafana's address (e.g. https://grafana.example.com): alerts then carry a dashboard_url "
+        "annotation that opens the alert's panel with its labels as dashboard variables.",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str | None) -> str | None:
+        # it lands in an alert template: no braces, quotes, spaces, query or fragment
+        if v is None:
+            return v
+        if len(v) > 500 or not re.fullmatch(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%/\-]*)?", v, re.I):
+            raise ValueError(
+                "base_url must be an absolute http(s) URL of Grafana, e.g. https://grafana.example.com or "
+                "https://example.com/grafana (no query, fragment, spaces or braces; at most 500 characters)"
+            )
+        return v.rstrip("/")
 
 
 class Kubernetes(_Model):

@@ -11,7 +11,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import capacity, slo
+from genobs.plan import capacity, links, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, handbook, preset_data, resolve, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.confirm import confirm_queries
@@ -298,18 +298,6 @@ def build_plan(doc: SpecDocument) -> Plan:
         interval = slo.long_interval(spec.evaluation_interval)
         groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, slos.long_rules),)
     cap = capacity.build(doc, ctx, rec, base_url, spec.team)
-    # the next stage, imported here so genobs.testgen can use plan modules without a cycle
-    from genobs.testgen.unittests import build_unit_tests
-
-    unit_tests, notes = build_unit_tests(ctx, rec, groups, spec.name)
-    if cap is not None:
-        from genobs.plan.capacity_tests import build_capacity_tests
-
-        cap_group = RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules)
-        unit_tests += build_capacity_tests(ctx, cap, groups[0], cap_group, spec.name)
-        groups += (cap_group,)
-    recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
-    raw = _raw_metrics(groups, ctx, recorded, cap.known if cap else frozenset())
     preset = preset_data()[spec.use_case]
     title = spec.dashboard.title or f"vLLM - {spec.name}"
     dashboard = Dashboard(
@@ -323,6 +311,23 @@ def build_plan(doc: SpecDocument) -> Plan:
         runbook_url=base_url if _absolute(base_url) else None,
         annotations=build_annotations(ctx),
     )
+    # every alert links to its panel (dashboard.base_url), before its unit tests expect the annotation
+    grafana = spec.dashboard.base_url
+    groups = tuple(replace(g, rules=links.with_dashboard_urls(g.rules, grafana, dashboard)) for g in groups)
+    if cap is not None:
+        cap = replace(cap, rules=links.with_dashboard_urls(cap.rules, grafana, dashboard))
+    # the next stage, imported here so genobs.testgen can use plan modules without a cycle
+    from genobs.testgen.unittests import build_unit_tests
+
+    unit_tests, notes = build_unit_tests(ctx, rec, groups, spec.name)
+    if cap is not None:
+        from genobs.plan.capacity_tests import build_capacity_tests
+
+        cap_group = RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules)
+        unit_tests += build_capacity_tests(ctx, cap, groups[0], cap_group, spec.name)
+        groups += (cap_group,)
+    recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
+    raw = _raw_metrics(groups, ctx, recorded, cap.known if cap else frozenset())
     _check_panels(dashboard.rows, recorded)
     plan = Plan(
         name=spec.name,

@@ -170,6 +170,7 @@ def _expected(rule: AlertRule, labels: dict[str, str], value: float) -> dict:
             "summary": expand(rule.summary, labels, value),
             "description": expand(rule.description, labels, value),
             "runbook_url": expand(rule.runbook_url, labels, value),
+            **({"dashboard_url": expand(rule.dashboard_url, labels, value)} if rule.dashboard_url else {}),
         },
     }
 

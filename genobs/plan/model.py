@@ -28,6 +28,7 @@ class AlertRule:
     comparator: str = ""  # ">" or "<": which side of the threshold fires
     query: str = ""  # the series compared against the threshold, for the runbook
     panel: str = ""  # dashboard panel that shows it
+    dashboard_url: str = ""  # annotation template: the panel, with the alert's labels as variables
 
 
 @dataclass(frozen=True)

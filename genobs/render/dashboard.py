@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from genobs.plan.links import numbered
 from genobs.plan.model import Annotation, Panel
 from genobs.plan.model import Dashboard as DashboardPlan
 
@@ -99,18 +100,23 @@ def render_dashboard(plan: DashboardPlan) -> dict:
             )
         )
     panels = []
-    y = 0
-    for row in plan.rows:
-        panels.append(g.RowPanel(title=row.title, gridPos=g.GridPos(h=1, w=24, x=0, y=y)))
-        y += 1
-        x = 0
-        for p in row.panels:
-            if x + p.width > 24:
-                x = 0
+    y = x = 0
+    # ids from the plan's numbering: alerts' dashboard_url links open these panels
+    for pid, row, p in numbered(plan.rows):
+        if p is None:
+            if panels:
                 y += 8
-            panels.append(_panel(p, x, y))
-            x += p.width
-        y += 8
+            panels.append(g.RowPanel(title=row.title, gridPos=g.GridPos(h=1, w=24, x=0, y=y), id=pid))
+            y += 1
+            x = 0
+            continue
+        if x + p.width > 24:
+            x = 0
+            y += 8
+        panel = _panel(p, x, y)
+        panel.id = pid
+        panels.append(panel)
+        x += p.width
     dashboard = g.Dashboard(
         title=plan.title,
         uid=plan.uid,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import urllib.parse
 from decimal import Decimal
 
 
@@ -191,6 +192,9 @@ def _pipeline(text: str, labels: dict[str, str], value: float) -> str:
         m = _PRINTF.fullmatch(stage)
         if m:
             current = go_sprintf(m.group(1).encode().decode("unicode_escape"), float(current))  # type: ignore[arg-type]
+        elif stage == "urlquery":
+            # Go's url.QueryEscape: letters, digits and -_.~ stay, space becomes +
+            current = urllib.parse.quote_plus(str(current), safe="-_.~")
         elif stage in _FUNCS:
             current = _FUNCS[stage](float(current))  # type: ignore[arg-type]
         else:
@@ -200,8 +204,13 @@ def _pipeline(text: str, labels: dict[str, str], value: float) -> str:
     return str(current)
 
 
+_IF_LABEL = re.compile(r"\{\{\s*if \$labels\.(\w+)\s*\}\}(.*?)\{\{\s*end\s*\}\}", re.S)
+
+
 def expand(template: str, labels: dict[str, str], value: float) -> str:
-    """Render an alert annotation as Prometheus does ($labels, $value; missing labels are empty)."""
+    """Render an alert annotation as Prometheus does ($labels, $value; missing labels are empty;
+    `{{ if $labels.x }}...{{ end }}` keeps its body when the label is set and not empty)."""
+    template = _IF_LABEL.sub(lambda m: m.group(2) if labels.get(m.group(1)) else "", template)
     out: list[str] = []
     pos = 0
     for m in _ACTION.finditer(template):

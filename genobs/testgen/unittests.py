@@ -174,6 +174,7 @@ class _Planner:
                     "summary": expand(rule.summary, series, v),
                     "description": expand(rule.description, series, v),
                     "runbook_url": expand(rule.runbook_url, series, v),
+                    **({"dashboard_url": expand(rule.dashboard_url, series, v)} if rule.dashboard_url else {}),
                 }
             )
         if any(t != texts[0] for t in texts):
