@@ -152,8 +152,10 @@ def variant_current() -> Variant:
 
 
 def dashboard_queries(dash: dict) -> list[str]:
-    """Panel queries with the dashboard variables set to the fleet's one model."""
-    variables = {v["name"]: MODEL for v in dash.get("templating", {}).get("list", [])}
+    """Panel queries with the dashboard variables as Grafana sets them on load: the fleet's one
+    model, the first replica for the single-choice `instance`, every value of the others."""
+    variables = {v["name"]: ".*" for v in dash.get("templating", {}).get("list", [])}
+    variables.update({"model_name": MODEL, "instance": "10.0.0.1:8000"})
     out = []
     for panel in _panels(dash):
         for t in panel.get("targets", []):

@@ -119,7 +119,9 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         )
     if alert == "VllmPreemptionsSustained":
         labels = replica_labels(ctx, "preemptions")
-        return ((f"preemptions per second {_where(labels)}", _rate(ctx, "preemptions")),)
+        # every pool finishes requests (prefill legs too): per replica, all of them count
+        finished = q.sum_by(labels, q.rate(ctx.raw("request_success", all_roles=True), ctx.window))
+        return ((f"preemptions per finished request {_where(labels)}", q.ratio(_rate(ctx, "preemptions"), finished)),)
     if alert == "VllmRequestsWaitingHigh":
         return (_waiting(ctx),)
     if alert == "VllmOutputSpeedPerUserLow":

@@ -105,13 +105,13 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         p.latency(
             "ttft",
             "Time to first token",
-            "TTFT p50/p90/p99 and mean: queueing + prefill of the whole prompt.",
+            "TTFT p50/p90/p95/p99 and mean: queueing + prefill of the whole prompt.",
             lines.get("ttft", ()),
         ),
         p.latency(
             "itl",
             "Inter-token latency",
-            "Time between consecutive engine outputs of a request (decode pace), p50/p90/p99 and mean. vLLM "
+            "Time between consecutive engine outputs of a request (decode pace), p50/p90/p95/p99 and mean. vLLM "
             "observes one gap per engine step: with speculative decoding a step emits 1 + accepted tokens, so "
             "this is per step, not per token.",
             lines.get("itl", ()),
@@ -119,9 +119,9 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         p.latency(
             "tpot",
             "Time per output token",
-            "Per-request mean time per output token after the first, p50/p90/p99 and mean.",
+            "Per-request mean time per output token after the first, p50/p90/p95/p99 and mean.",
         ),
-        p.latency("e2e", "End-to-end latency", "Whole-request latency, p50/p90/p99 and mean.", lines.get("e2e", ())),
+        p.latency("e2e", "End-to-end latency", "Whole-request latency, p50/p90/p95/p99 and mean.", lines.get("e2e", ())),
         p.latency(
             "queue_time",
             "Queue time",
@@ -309,7 +309,7 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
                     p.latency(
                         "nixl_xfer_time",
                         "NIXL transfer time",
-                        "KV-cache transfer time per transfer, p50/p90/p99 and mean.",
+                        "KV-cache transfer time per transfer, p50/p90/p95/p99 and mean.",
                         lines.get("nixl_transfer", ()),
                     ),
                     Panel(
@@ -326,6 +326,9 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
             )
         )
 
+    from genobs.plan import drilldown
+
+    rows.append(drilldown.row(ctx, rec))
     rows.append(
         Row(
             "API-server process",
@@ -451,8 +454,13 @@ def _nixl_failures(p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> tup
 
 
 def build_variables(ctx: Context, rec: Recorder) -> tuple[Variable, ...]:
+    """The spec's group_by labels, then the drill-down's role, instance and engine, each
+    chained from the ones before (drilldown.py)."""
+    from genobs.plan import drilldown
+
     source = ctx.recorded(rec.names["finished"])
-    return tuple(Variable(label, f"label_values({source}, {label})", label) for label in ctx.variables)
+    own = tuple(Variable(label, f"label_values({source}, {label})", label) for label in ctx.variables)
+    return own + tuple(v for v in drilldown.variables(ctx, rec) if v.name not in ctx.variables)
 
 
 def lead_row(rows: tuple[Row, ...], titles: list[str], kpi: str) -> Row:

@@ -71,6 +71,7 @@ class Variable:
     name: str
     query: str
     label: str
+    multi: bool = True  # several values and "All"; False: exactly one (the first by default)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from genobs.plan.context import Context
 from genobs.plan.model import RecordingRule
 
 _INSTANT = frozenset({"max", "sum", "count", "bytes", "avg"})
-QUANTILES = (0.5, 0.9, 0.99)
+QUANTILES = (0.5, 0.9, 0.95, 0.99)  # p95 beside p50/p99: what SLO dashboards and llm-d show
 # histogram key -> recorded subject
 LATENCIES = {
     "ttft": "ttft_seconds",
@@ -333,6 +333,9 @@ def build_recording(ctx: Context) -> Recorder:
     _decomposition(r)
     _engine(r)
     liveness.record_liveness(r)
+    from genobs.plan import drilldown  # it reads the recorder's liveness names
+
+    drilldown.record(r)
     _features(r)
     _process(r)
     return r

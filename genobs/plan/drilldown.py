@@ -1,0 +1,118 @@
+"""Replica drill-down (part of the `plan` stage): dashboard variables `role` (with
+service.roles), `instance` and `engine` (vLLM >= 0.8.3), chained from the spec's own
+variables, and the row whose panels honour them.
+
+Every other panel reads series aggregated per model, which keeps a refresh cheap at any
+fleet size; the drill-down reads per-engine copies of three gauges, bounded by the number
+of engines (the raw gauges' own cardinality). `instance` is a single choice (the first
+replica by default, or the one an alert's dashboard_url names), so a refresh reads one
+replica's engines, not the fleet's."""
+
+from __future__ import annotations
+
+from genobs import promql as q
+from genobs.plan import liveness
+from genobs.plan.context import Context
+from genobs.plan.model import Panel, Row, Target, Variable
+from genobs.plan.recording import Recorder
+
+GAUGES = (
+    ("engine_kv_cache_usage", "kv_cache_usage", "engine_kv_cache_usage", "max"),
+    ("engine_running", "requests_running", "engine_requests_running", "sum"),
+    ("engine_waiting", "requests_waiting", "engine_requests_waiting", "sum"),
+)
+
+
+def role_label(ctx: Context) -> str | None:
+    return ctx.roles[0] if ctx.roles is not None and "disaggregated_prefill" in ctx.features else None
+
+
+def engine_labels(ctx: Context) -> tuple[str, ...]:
+    """An engine's labels, with the pool's role label where roles are configured."""
+    labels = liveness.engine_labels(ctx)
+    role = role_label(ctx)
+    return tuple(dict.fromkeys((*labels[:-1], role, labels[-1]) if role else labels))
+
+
+def record(r: Recorder) -> None:
+    ctx = r.ctx
+    labels = engine_labels(ctx)
+    for key, metric, subject, op in GAUGES:
+        # every pool: a replica's own state (read both prefill and decode pods)
+        sel = q.selector(ctx.metric(metric), ctx.raw_matchers())
+        r.add(key, subject, op, f"{op} {q.by(labels)} ({sel})")
+
+
+def _has_engine(ctx: Context) -> bool:
+    return ctx.version >= ctx.catalog.engine_label_since
+
+
+def _matchers(ctx: Context, upto: str | None = None) -> tuple[q.Matcher, ...]:
+    """The spec's variable matchers, then role, instance, engine up to (not including) `upto`."""
+    out = list(ctx.panel_matchers())
+    chain = [x for x in (role_label(ctx), "instance", "engine" if _has_engine(ctx) else None) if x]
+    for label in chain:
+        if label == upto:
+            break
+        out.append((label, "=~", f"${label}"))
+    return tuple(out)
+
+
+def variables(ctx: Context, rec: Recorder) -> tuple[Variable, ...]:
+    source = rec.names["engine_running"]
+    out = []
+    role = role_label(ctx)
+    if role:
+        out.append(Variable(role, f"label_values({q.selector(source, _matchers(ctx, role))}, {role})", "role"))
+    out.append(
+        Variable(
+            "instance",
+            f"label_values({q.selector(source, _matchers(ctx, 'instance'))}, instance)",
+            "instance",
+            multi=False,
+        )
+    )
+    if _has_engine(ctx):
+        out.append(Variable("engine", f"label_values({q.selector(source, _matchers(ctx, 'engine'))}, engine)", "engine"))
+    return tuple(out)
+
+
+def row(ctx: Context, rec: Recorder) -> Row:
+    sel = lambda key: q.selector(rec.names[key], _matchers(ctx))  # noqa: E731
+    replica = tuple(m for m in _matchers(ctx) if m[0] not in ("engine", role_label(ctx)))
+    per = "{{instance}} engine {{engine}}" if _has_engine(ctx) else "{{instance}}"
+    return Row(
+        "Replica drill-down ($instance)",
+        (
+            Panel(
+                "Replica liveness",
+                "Requests the replica holds (running + waiting) and its progress (tokens generated + requests "
+                "finished per second). Holding requests with no progress is a hung engine (VllmEngineHung).",
+                "short",
+                (
+                    Target(q.selector(rec.names["replica_active"], replica), "{{instance}} requests held"),
+                    Target(q.selector(rec.names["replica_progress"], replica), "{{instance}} progress /s"),
+                ),
+                width=8,
+            ),
+            Panel(
+                "KV cache usage per engine",
+                "KV-cache usage of each data-parallel engine of the replica (1 = full): one full engine with "
+                "waiting requests saturates while the fleet maximum looks the same.",
+                "percentunit",
+                (Target(sel("engine_kv_cache_usage"), per),),
+                width=8,
+                max=1,
+            ),
+            Panel(
+                "Running and waiting per engine",
+                "Requests in each engine's running batch and queue.",
+                "short",
+                (
+                    Target(sel("engine_running"), f"{per} running"),
+                    Target(sel("engine_waiting"), f"{per} waiting"),
+                ),
+                width=8,
+            ),
+        ),
+    )
