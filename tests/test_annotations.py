@@ -31,7 +31,7 @@ def _config_labels() -> str:
 def _annotations(spec_text: str | None = None) -> dict[str, str]:
     doc = load_spec(REPO / "specs" / "chat.yaml") if spec_text is None else load_spec_text(spec_text, "s.yaml")
     dashboard = render_dashboard(build_plan(doc).dashboard)
-    return {a["name"]: a["expr"] for a in dashboard["annotations"]["list"]}
+    return {a["name"]: a["expr"] for a in dashboard["annotations"]["list"] if not a.get("builtIn")}
 
 
 def _series() -> list[dict]:

@@ -156,12 +156,14 @@ def test_dashboard_panels_have_units_descriptions_and_do_not_overlap(spec: Path)
         unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit") or (p.get("yAxis") or {}).get("format")
         assert unit, p["title"]
         for t in p["targets"]:
-            assert t["datasource"] == "${datasource}"
+            assert t["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
     # per-user panels stand in their own row, apart from system throughput
     assert "Per-user experience (tok/s/user)" in titles and "System throughput (tok/s)" in titles
     variables = [v["name"] for v in dashboard["templating"]["list"]]
     assert variables[0] == "datasource"
-    assert set(variables[1:]) == set(yaml.safe_load(spec.read_text())["service"].get("group_by", ["model_name"]))
+    own = yaml.safe_load(spec.read_text())["service"].get("group_by", ["model_name"])
+    drill = (["role"] if "roles" in yaml.safe_load(spec.read_text())["service"] else []) + ["instance", "engine"]
+    assert variables[1:] == [*own, *(v for v in drill if v not in own)]
 
 
 _TRICKY = list("abz09 :#-'\"\\{}[]|>&*!%@`,?\t\n\r\x00\x1b\x7f\x85\x9f\xa0é中\u2028\u2029\u3000\ud7ff\ue000\ufeff\uffff😀")

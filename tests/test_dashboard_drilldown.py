@@ -134,3 +134,47 @@ def test_generated_dashboard_is_json_with_unique_panel_ids_in_every_example():
         board = json.loads(out.read_text())
         ids = [p["id"] for p in board["panels"]]
         assert ids == list(range(1, len(ids) + 1)), out
+
+
+LEGACY_DASHBOARD_KEYS = {"rows", "style", "sharedCrosshair", "hideControls"}
+LEGACY_PANEL_KEYS = {"span", "height", "minSpan", "error", "dataFormat", "cards", "yAxis", "xAxis", "heatmap"}
+LEGACY_TARGET_KEYS = {"intervalFactor", "step", "metric", "query", "target"}
+
+
+def _datasource_ref(value, kind="prometheus") -> bool:
+    return isinstance(value, dict) and value.get("type") == kind and set(value) == {"type", "uid"}
+
+
+@pytest.mark.parametrize("out", sorted((REPO / "out").glob("*/grafana/*.json")), ids=lambda p: p.parent.parent.name)
+def test_dashboard_json_has_the_shape_of_the_schema_version_it_claims(out):
+    """schemaVersion 39 (Grafana 10.3-11.x): what Grafana's migrator would produce, so an
+    import runs no migration: datasource references (schema 33/36), panels with gridPos and
+    fieldConfig instead of rows, the new heatmap panel, query variables as objects."""
+    board = json.loads(out.read_text())
+    assert board["schemaVersion"] == 39
+    assert not LEGACY_DASHBOARD_KEYS & set(board)
+    assert board["annotations"]["list"][0]["builtIn"] == 1
+    for a in board["annotations"]["list"][1:]:
+        assert _datasource_ref(a["datasource"]), a
+    for v in board["templating"]["list"]:
+        if v["type"] == "query":
+            assert _datasource_ref(v["datasource"]) and isinstance(v["query"], dict) and v["definition"]
+    for p in board["panels"]:
+        assert not LEGACY_PANEL_KEYS & set(p), (p["title"], LEGACY_PANEL_KEYS & set(p))
+        assert None not in p.values(), p["title"]
+        if p["type"] == "row":
+            assert "datasource" not in p and p["panels"] == []
+            continue
+        assert _datasource_ref(p["datasource"]) and "fieldConfig" in p and "overrides" in p["fieldConfig"]
+        for t in p["targets"]:
+            assert _datasource_ref(t["datasource"]) and not LEGACY_TARGET_KEYS & set(t)
+        if p["type"] == "heatmap":
+            assert p["options"]["calculate"] is False and p["options"]["yAxis"]["unit"]
+
+
+def test_dashboard_json_is_deterministic():
+    from genobs.plan import load_plan
+
+    plan = load_plan(REPO / "specs/chat.yaml")[1]
+    first = json.dumps(render_dashboard(plan.dashboard), sort_keys=True)
+    assert first == json.dumps(render_dashboard(load_plan(REPO / "specs/chat.yaml")[1].dashboard), sort_keys=True)

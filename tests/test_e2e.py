@@ -248,6 +248,8 @@ def _variable_values(run: Run) -> dict[str, str]:
             m = re.fullmatch(r"\s*label_values\(\s*(?:(.+),\s*)?(\w+)\s*\)\s*", query)
             assert m, f"dashboard variable ${name}: cannot read query {query!r}"
             series, label = m.group(1), m.group(2)
+            # chained variables read the values chosen before them, as Grafana fills them in
+            series = fill_variables(series, values) if series else series
             found = run.prom.label_values(label, series)
             if name == "model_name":
                 assert HEALTHY in found, f"dashboard variable $model_name does not offer {HEALTHY}: {query} -> {found}"

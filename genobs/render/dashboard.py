@@ -135,4 +135,6 @@ def render_dashboard(plan: DashboardPlan) -> dict:
     import json
 
     # the encoder turns grafanalib objects into plain JSON-able data
-    return json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
+    from genobs.render.grafana_schema import current_schema
+
+    return current_schema(json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder)))
