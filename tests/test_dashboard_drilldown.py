@@ -92,9 +92,9 @@ def test_drill_down_variables_chain_and_the_row_honours_them():
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert list(variables) == ["datasource", "model_name", "role", "instance", "engine"]
     # each variable's query is restricted by the ones before it
-    assert 'model_name=~"$model_name"' in variables["role"]["query"]
-    assert 'role=~"$role"' in variables["instance"]["query"]
-    assert 'instance=~"$instance"' in variables["engine"]["query"]
+    assert 'model_name=~"$model_name"' in variables["role"]["definition"]
+    assert 'role=~"$role"' in variables["instance"]["definition"]
+    assert 'instance=~"$instance"' in variables["engine"]["definition"]
     assert variables["instance"]["multi"] is False and variables["instance"]["includeAll"] is False
     row = next(i for i, p in enumerate(board["panels"]) if p["title"] == "Replica drill-down ($instance)")
     panels = board["panels"][row + 1 : row + 4]
