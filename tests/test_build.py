@@ -153,7 +153,8 @@ def test_dashboard_panels_have_units_descriptions_and_do_not_overlap(spec: Path)
             titles.append(p["title"])
             continue
         assert p["description"], p["title"]
-        unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit") or (p.get("yAxis") or {}).get("format")
+        # a heatmap keeps its unit on the y axis of its options
+        unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit") or p["options"].get("yAxis", {}).get("unit")
         assert unit, p["title"]
         for t in p["targets"]:
             assert t["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
