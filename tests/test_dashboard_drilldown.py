@@ -178,3 +178,16 @@ def test_dashboard_json_is_deterministic():
     plan = load_plan(REPO / "specs/chat.yaml")[1]
     first = json.dumps(render_dashboard(plan.dashboard), sort_keys=True)
     assert first == json.dumps(render_dashboard(load_plan(REPO / "specs/chat.yaml")[1].dashboard), sort_keys=True)
+
+
+def test_the_panel_an_alert_opens_links_back_to_its_runbook_section():
+    runbook = "https://git.example.com/rb/RUNBOOK.md"
+    plan = plan_of(SPEC + f"runbook: {{base_url: '{runbook}'}}\n")
+    board = render_dashboard(plan.dashboard)
+    ids = {p["id"]: p for p in board["panels"]}
+    for alert in plan.alerts:
+        panel = ids[int(re.search(r"viewPanel=(\d+)", alert.dashboard_url).group(1))]
+        urls = [link["url"] for link in panel["links"]]
+        assert alert.runbook_url in urls and alert.runbook_url.startswith(runbook + "#"), (alert.name, urls)
+    # a relative runbook (the default) is not linked: Grafana could not open it
+    assert not any(p.get("links") for p in render_dashboard(plan_of(SPEC).dashboard)["panels"])

@@ -262,6 +262,10 @@ def _absolute(url: str) -> bool:
     return re.match(r"^https?://", url, re.IGNORECASE) is not None
 
 
+def slo_alerts(slos) -> list[AlertRule]:
+    return [r for r in (*slos.rules, *slos.long_rules) if isinstance(r, AlertRule)]
+
+
 def _with_lead(rows: tuple, preset: dict) -> tuple:
     lead = preset.get("dashboard_lead")
     return (lead_row(rows, lead, preset["primary_kpi"]), *rows) if lead else rows
@@ -311,6 +315,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         runbook_url=base_url if _absolute(base_url) else None,
         annotations=build_annotations(ctx),
     )
+    dashboard = replace(dashboard, panel_links=links.runbook_links([*alerts, *slo_alerts(slos), *(cap.rules if cap else ())], dashboard.rows))
     # every alert links to its panel (dashboard.base_url), before its unit tests expect the annotation
     grafana = spec.dashboard.base_url
     groups = tuple(replace(g, rules=links.with_dashboard_urls(g.rules, grafana, dashboard)) for g in groups)

@@ -57,6 +57,19 @@ def dashboard_url(base: str, board: Dashboard, panel: str) -> str:
     return f"{url}?{''.join(params)}" if params else url
 
 
+def runbook_links(alerts, rows: tuple[Row, ...]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """Each panel links to the runbook sections of the alerts it shows (absolute runbook URLs
+    only: a relative one opens nothing from Grafana). An SLO row's alerts link from its panels."""
+    by_panel: dict[str, dict[str, str]] = {}
+    rows_of = {row.title: [p.title for p in row.panels] for row in rows}
+    for a in alerts:
+        if not re.match(r"^https?://", a.runbook_url, re.I):
+            continue
+        for title in rows_of.get(a.panel, [a.panel]):
+            by_panel.setdefault(title, {}).setdefault(f"Runbook: {a.name}", a.runbook_url)
+    return tuple((t, tuple(sorted(links.items()))) for t, links in sorted(by_panel.items()))
+
+
 def with_dashboard_urls(
     rules: tuple[RecordingRule | AlertRule, ...], base: str | None, board: Dashboard
 ) -> tuple[RecordingRule | AlertRule, ...]:

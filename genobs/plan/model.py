@@ -108,6 +108,8 @@ class Dashboard:
     variables: tuple[Variable, ...]
     rows: tuple[Row, ...]
     runbook_url: str | None = None  # an absolute runbook link shown on the dashboard
+    # panel title -> ((link title, runbook section url), ...) of the alerts the panel shows
+    panel_links: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     annotations: tuple[Annotation, ...] = ()
 
 

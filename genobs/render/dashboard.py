@@ -99,6 +99,7 @@ def render_dashboard(plan: DashboardPlan) -> dict:
                 sort=1,
             )
         )
+    panel_links = dict(plan.panel_links)
     panels = []
     y = x = 0
     # ids from the plan's numbering: alerts' dashboard_url links open these panels
@@ -115,6 +116,7 @@ def render_dashboard(plan: DashboardPlan) -> dict:
             y += 8
         panel = _panel(p, x, y)
         panel.id = pid
+        panel.links = [{"title": t, "url": u, "targetBlank": True} for t, u in panel_links.get(p.title, ())]
         panels.append(panel)
         x += p.width
     dashboard = g.Dashboard(
