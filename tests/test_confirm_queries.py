@@ -34,13 +34,15 @@ ENGINE_SERIES = {
     "VllmNixlTransfersFailing",
     "VllmNixlKvExpired",
 }
-# fleet-wide capacity signals: no single replica to point at
+# capacity signals: fleet-wide (no single replica to point at) or read per pod and GPU from
+# DCGM, whose own series name the pod already
 FLEET_WIDE = {
     "VllmGoodputBelowObjective",
     "VllmSystemEfficiencyLow",
     "VllmTtftDegradedVsBaseline",
     "VllmGpuSaturated",
-    "VllmGpuMemoryReservationMismatch",
+    "VllmGpuMemoryBelowReservation",
+    "VllmGpuMemoryNearlyFull",
     "VllmAutoscalerAtMaxReplicas",
 }
 

@@ -315,7 +315,8 @@ def build_plan(doc: SpecDocument) -> Plan:
         runbook_url=base_url if _absolute(base_url) else None,
         annotations=build_annotations(ctx),
     )
-    dashboard = replace(dashboard, panel_links=links.runbook_links([*alerts, *slo_alerts(slos), *(cap.rules if cap else ())], dashboard.rows))
+    shown = [*alerts, *slo_alerts(slos), *(cap.rules if cap else ())]
+    dashboard = replace(dashboard, panel_links=links.runbook_links(shown, dashboard.rows))
     # every alert links to its panel (dashboard.base_url), before its unit tests expect the annotation
     grafana = spec.dashboard.base_url
     groups = tuple(replace(g, rules=links.with_dashboard_urls(g.rules, grafana, dashboard)) for g in groups)

@@ -63,7 +63,7 @@ def runbook_links(alerts, rows: tuple[Row, ...]) -> tuple[tuple[str, tuple[tuple
     by_panel: dict[str, dict[str, str]] = {}
     rows_of = {row.title: [p.title for p in row.panels] for row in rows}
     for a in alerts:
-        if not re.match(r"^https?://", a.runbook_url, re.I):
+        if not isinstance(a, AlertRule) or not re.match(r"^https?://", a.runbook_url, re.I):
             continue
         for title in rows_of.get(a.panel, [a.panel]):
             by_panel.setdefault(title, {}).setdefault(f"Runbook: {a.name}", a.runbook_url)
