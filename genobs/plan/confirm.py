@@ -124,6 +124,15 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         return ((f"preemptions per finished request {_where(labels)}", q.ratio(_rate(ctx, "preemptions"), finished)),)
     if alert == "VllmRequestsWaitingHigh":
         return (_waiting(ctx),)
+    if alert == "VllmReplicaQueueOutlier":
+        return (_waiting(ctx),)
+    if alert == "VllmReplicaTtftOutlier":
+        labels = replica_labels(ctx, "ttft")
+        mean = q.ratio(_rate(ctx, "ttft", "_sum"), _rate(ctx, "ttft", "_count"))
+        return (
+            (f"mean TTFT {_where(labels)}", mean),
+            (f"TTFT p99 {_where(labels)}", q.quantile(0.99, labels, ctx.rate("ttft", "_bucket"))),
+        )
     if alert == "VllmOutputSpeedPerUserLow":
         return (_speed(ctx),)
     if alert == "VllmSpecDecodeAcceptanceLow":
