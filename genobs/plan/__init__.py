@@ -12,13 +12,13 @@ from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
 from genobs.plan import capacity, links, slo
-from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, handbook, preset_data, resolve, signal_data
+from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.confirm import confirm_queries
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row, threshold_steps
 from genobs.plan.inhibit import build_inhibit_rules
-from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry, Severity
+from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry
 from genobs.plan.recording import build_recording
 from genobs.units import format_seconds
 
@@ -125,31 +125,7 @@ def _primary(signal: str) -> str:
 
 
 def _runbook(alerts: list[AlertRule], ctx: Context, rec) -> tuple[RunbookEntry, ...]:
-    data = signal_data()
-    entries: dict[str, RunbookEntry] = {}
-    for a in alerts:
-        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
-        if a.name in entries:
-            e = entries[a.name]
-            entries[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})
-            continue
-        s = handbook(data, a.name, a.signal)
-        entries[a.name] = RunbookEntry(
-            alert=a.name,
-            anchor=naming.anchor(a.name),
-            signal=a.signal,
-            title=s["title"],
-            meaning=" ".join(s["meaning"].split()),
-            first_action=" ".join(s["first_action"].split()),
-            next_checks=tuple(s["next_checks"]),
-            severities=(sev,),
-            summary=a.summary,
-            query=a.query,
-            panel=a.panel,
-            expr=a.expr,
-            confirm=confirm_queries(ctx, rec, a.name),
-        )
-    return tuple(entries.values())
+    return runbook_entries(alerts, signal_data(), lambda alert: confirm_queries(ctx, rec, alert))
 
 
 def _raw_metrics(

@@ -4,6 +4,7 @@ and the spec's overrides, each alert reading recorded series by name."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -13,7 +14,7 @@ from genobs import naming
 from genobs import promql as q
 from genobs.plan import liveness
 from genobs.plan.context import Context
-from genobs.plan.model import AlertRule
+from genobs.plan.model import AlertRule, RunbookEntry, Severity
 from genobs.plan.recording import Recorder, peer_group
 from genobs.units import format_percent, format_seconds, parse_number, parse_ratio, parse_seconds
 
@@ -41,6 +42,37 @@ def handbook(data: dict, alert: str, signal: str) -> dict:
     own = data["alerts"].get(alert, {})
     base = data["signals"].get(signal, {})
     return {k: own.get(k, base.get(k)) for k in HANDBOOK}
+
+
+def runbook_entries(
+    alerts: list[AlertRule], data: dict, confirm: Callable[[str], tuple] = lambda alert: ()
+) -> tuple[RunbookEntry, ...]:
+    """One runbook section per alert name (its severities together), its text from `data`
+    (signals.yaml or capacity.yaml) and its per-replica `confirm` queries."""
+    entries: dict[str, RunbookEntry] = {}
+    for a in alerts:
+        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
+        if a.name in entries:
+            e = entries[a.name]
+            entries[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})
+            continue
+        s = handbook(data, a.name, a.signal)
+        entries[a.name] = RunbookEntry(
+            alert=a.name,
+            anchor=naming.anchor(a.name),
+            signal=a.signal,
+            title=s["title"],
+            meaning=" ".join(s["meaning"].split()),
+            first_action=" ".join(s["first_action"].split()),
+            next_checks=tuple(s["next_checks"]),
+            severities=(sev,),
+            summary=a.summary,
+            query=a.query,
+            panel=a.panel,
+            expr=a.expr,
+            confirm=confirm(a.name),
+        )
+    return tuple(entries.values())
 
 
 _PARSERS = {"seconds": parse_seconds, "ratio": parse_ratio, "number": parse_number}

@@ -15,9 +15,9 @@ import yaml
 from genobs import naming
 from genobs import promql as q
 from genobs.plan import capacity_gpu
-from genobs.plan.alerts import format_threshold, handbook, labels_template
+from genobs.plan.alerts import format_threshold, labels_template, runbook_entries
 from genobs.plan.context import Context
-from genobs.plan.model import AlertRule, RecordingRule, Row, RunbookEntry, Severity
+from genobs.plan.model import AlertRule, RecordingRule, Row, RunbookEntry
 from genobs.plan.recording import Recorder
 from genobs.spec_capacity import Autoscaling, Capacity, Degradation, Gpu
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
@@ -381,7 +381,7 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
     return CapacityPlan(
         rules=(*b.rules, *b.alerts),
         rows=tuple(r for r in rows if r is not None and r.panels),
-        runbook=runbook(b.alerts),
+        runbook=runbook_entries(b.alerts, capacity_data()),
         known=frozenset(b.known),
         names=names,
         settings=cap,
@@ -390,33 +390,6 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
         hpa=f"genobs-{spec.name}",
         gpu=gpu,
     )
-
-
-def runbook(alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
-    data = capacity_data()
-    out: dict[str, RunbookEntry] = {}
-    for a in alerts:
-        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
-        if a.name in out:
-            e = out[a.name]
-            out[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})
-            continue
-        s = handbook(data, a.name, a.signal)
-        out[a.name] = RunbookEntry(
-            alert=a.name,
-            anchor=naming.anchor(a.name),
-            signal=a.signal,
-            title=s["title"],
-            meaning=" ".join(s["meaning"].split()),
-            first_action=" ".join(s["first_action"].split()),
-            next_checks=tuple(s["next_checks"]),
-            severities=(sev,),
-            summary=a.summary,
-            query=a.query,
-            panel=a.panel,
-            expr=a.expr,
-        )
-    return tuple(out.values())
 
 
 def window_minutes(duration: str) -> int:
