@@ -189,24 +189,34 @@ def run(path: Path, tmp: Path, promtool: str) -> None:
     # Rules are evaluated every minute (promtool evaluates every group at the test's
     # interval): half the work of 30s, and no scenario checks within a minute of a change.
     interval = scenario.get("evaluation_interval", "1m")
-    test = {
-        "rule_files": [str(f) for f in files],
-        "evaluation_interval": interval,
-        "group_eval_order": groups,
-        "tests": [{"name": name, "interval": "30s", "input_series": series, "promql_expr_test": tests}],
-    }
-    test_file = tmp / f"{name}.test.yaml"
-    test_file.write_text(json.dumps(test, indent=0))  # YAML is a superset of JSON, and json is fast
-    # promtool spends a third of its CPU in Go's garbage collector on these inputs; a lazier
-    # GC (GOGC=400, ~200 MB peak) cuts that while keeping memory bounded.
-    env = {**os.environ, "GOGC": "400"}
-    proc = subprocess.run(
-        [promtool, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=300, env=env
-    )
+    proc = promtool_expr_tests(promtool, files, groups, series, tests, tmp / f"{name}.test.yaml", name, interval)
     if proc.returncode != 0:
         raise AssertionError(
             f"scenario {name} ({scenario['description'].strip()}):\n" + explain(proc.stdout + proc.stderr)
         )
+
+
+def promtool_expr_tests(
+    promtool: str,
+    files: list[Path],
+    groups: list[str],
+    series: list[dict],
+    tests: list[dict],
+    path: Path,
+    name: str | None = None,
+    interval: str = "1m",
+) -> subprocess.CompletedProcess:
+    """Write one promtool test file (expression tests over `series`, the rules of `files`
+    evaluated in `groups` order) to `path` and run it."""
+    group: dict[str, Any] = {"name": name} if name else {}
+    group |= {"interval": "30s", "input_series": series, "promql_expr_test": tests}
+    test = {"rule_files": [str(f) for f in files], "evaluation_interval": interval, "group_eval_order": groups}
+    test["tests"] = [group]
+    path.write_text(json.dumps(test, indent=0))  # YAML is a superset of JSON, and json is fast
+    # promtool spends a third of its CPU in Go's garbage collector on these inputs; a lazier
+    # GC (GOGC=400, ~200 MB peak) cuts that while keeping memory bounded.
+    env = {**os.environ, "GOGC": "400"}
+    return subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300, env=env)
 
 
 SAMPLE = re.compile(r"(\{[^}]*\}) (\S+?)(?:,|$)")

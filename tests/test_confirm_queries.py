@@ -5,14 +5,11 @@ engine series."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import promql_parser
 import pytest
 import yaml
 from fleet_series import Fleet
-from scenario_runner import build, rule_groups
+from scenario_runner import build, promtool_expr_tests, rule_groups
 
 from genobs.plan import load_plan
 from tests.conftest import REPO, SPECS
@@ -114,13 +111,5 @@ def test_confirm_queries_return_one_series_per_replica_on_a_real_fleet(tmp_path,
             )
             checked.append(e.alert)
     assert len(set(checked)) >= 15, checked
-    test = {
-        "rule_files": [str(f) for f in files],
-        "evaluation_interval": "1m",
-        "group_eval_order": groups,
-        "tests": [{"interval": "30s", "input_series": fleet.series(), "promql_expr_test": tests}],
-    }
-    path = tmp_path / "confirm.test.yaml"
-    path.write_text(json.dumps(test))
-    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    proc = promtool_expr_tests(promtool, files, groups, fleet.series(), tests, tmp_path / "confirm.test.yaml")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

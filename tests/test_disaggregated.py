@@ -4,15 +4,13 @@ checked with the real promtool on a two-pool fleet written from what vLLM export
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from fleet_series import Fleet
-from scenario_runner import build, rule_groups
+from scenario_runner import build, promtool_expr_tests, rule_groups
 
 from genobs import promql as q
 from genobs.plan import load_plan
@@ -118,13 +116,5 @@ def test_pool_latencies_read_each_pool_on_a_real_fleet(tmp_path, promtool):
         {"expr": f"count({expr})", "eval_time": "20m", "exp_samples": [{"labels": "{}", "value": n}]}
         for expr, n in checks.items()
     ]
-    test = {
-        "rule_files": [str(f) for f in files],
-        "evaluation_interval": "1m",
-        "group_eval_order": groups,
-        "tests": [{"interval": "30s", "input_series": fleet.series(), "promql_expr_test": tests}],
-    }
-    path = tmp_path / "pools.test.yaml"
-    path.write_text(json.dumps(test))
-    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    proc = promtool_expr_tests(promtool, files, groups, fleet.series(), tests, tmp_path / "pools.test.yaml")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
