@@ -18,10 +18,9 @@ from genobs.plan.capacity import P99, CapacityPlan
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RuleGroup
 from genobs.testgen.humanize import expand
-from genobs.testgen.unittests_fleet import Identity, identity, per_minute
+from genobs.testgen.unittests_fleet import EVALUATION_STEP, INPUT_INTERVAL, Identity, identity, on_step, per_minute
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
 
-EVAL = "1m"
 FB_TOTAL = 81559  # MiB of framebuffer an H100 80GB reports (used + free)
 POD = "vllm-0"  # the vLLM pod of the simulated fleet; its two GPUs are DCGM's gpu 0 and 1
 MARGIN = 3  # minutes past the rate window and `for`
@@ -223,12 +222,12 @@ def build_capacity_tests(
             kept = [k for k in ctx.group if k == "model_name" or k in dict(ctx.selector)]
             fault_labels = {k: labels[k] for k in kept}
         faults.append(("VllmGoodputBelowObjective", fault, good / finished, fault_labels))
-    minutes = max([window + _minutes(alerts[name].for_) + MARGIN for name, *_ in faults] or [window + MARGIN])
+    minutes = on_step(max([window + _minutes(alerts[name].for_) + MARGIN for name, *_ in faults] or [window + MARGIN]))
     gen = _Gen(ctx, cap, ident, minutes)
     tests: list[dict] = []
     healthy_group: dict = {
         "name": "capacity: healthy fleet, no capacity alert fires",
-        "interval": EVAL,
+        "interval": INPUT_INTERVAL,
         "input_series": gen.inputs(healthy),
         "alert_rule_test": [{"eval_time": f"{minutes}m", "alertname": n, "exp_alerts": []} for n in alerts],
     }
@@ -248,7 +247,7 @@ def build_capacity_tests(
     tests.append(healthy_group)
     for name, state, value, fault_labels in faults:
         rule = alerts[name]
-        at = window + _minutes(rule.for_) + MARGIN
+        at = on_step(window + _minutes(rule.for_) + MARGIN)
         cases = []
         if _minutes(rule.for_) >= 2:  # still pending just before `for` has passed
             cases.append({"eval_time": f"{_minutes(rule.for_) - 1}m", "alertname": name, "exp_alerts": []})
@@ -256,7 +255,7 @@ def build_capacity_tests(
         tests.append(
             {
                 "name": f"capacity fault: {name}",
-                "interval": EVAL,
+                "interval": INPUT_INTERVAL,
                 "input_series": _Gen(ctx, cap, ident, at).inputs(state, gpu_only=name.startswith("VllmGpu")),
                 "alert_rule_test": cases,
             }
@@ -264,22 +263,22 @@ def build_capacity_tests(
     if "VllmGpuSaturated" in alerts and gpu is not None:
         # busy GPUs with a short queue are good economics, not saturation
         busy = replace(healthy, gpu_util=95, waiting=math.floor(gpu.waiting_per_replica))
-        at = _minutes(alerts["VllmGpuSaturated"].for_) + MARGIN
+        at = on_step(_minutes(alerts["VllmGpuSaturated"].for_) + MARGIN)
         tests.append(
             {
                 "name": "capacity: GPUs at 95% with a short queue, VllmGpuSaturated silent",
-                "interval": EVAL,
+                "interval": INPUT_INTERVAL,
                 "input_series": _Gen(ctx, cap, ident, at).inputs(busy, gpu_only=True),
                 "alert_rule_test": [{"eval_time": f"{at}m", "alertname": "VllmGpuSaturated", "exp_alerts": []}],
             }
         )
     if "VllmAutoscalerAtMaxReplicas" in alerts and auto is not None and auto.max_replicas >= 2:
         below = replace(healthy, waiting_growth=1, hpa=(auto.max_replicas - 1, auto.max_replicas))
-        at = window + _minutes(alerts["VllmAutoscalerAtMaxReplicas"].for_) + MARGIN
+        at = on_step(window + _minutes(alerts["VllmAutoscalerAtMaxReplicas"].for_) + MARGIN)
         tests.append(
             {
                 "name": "capacity: the queue grows below the autoscaler's maximum, VllmAutoscalerAtMaxReplicas silent",
-                "interval": EVAL,
+                "interval": INPUT_INTERVAL,
                 "input_series": _Gen(ctx, cap, ident, at).inputs(below),
                 "alert_rule_test": [{"eval_time": f"{at}m", "alertname": "VllmAutoscalerAtMaxReplicas", "exp_alerts": []}],
             }
@@ -325,7 +324,7 @@ def _recorded(group: RuleGroup) -> set[str]:
     return {r.record for r in group.rules if not isinstance(r, AlertRule)}
 
 
-def _document(spec_name: str, groups: tuple[RuleGroup, ...], tests: list[dict], interval: str = EVAL) -> dict:
+def _document(spec_name: str, groups: tuple[RuleGroup, ...], tests: list[dict], interval: str = EVALUATION_STEP) -> dict:
     return {
         "rule_files": [f"../{naming.rule_file(spec_name, g.name)}" for g in groups],
         "evaluation_interval": interval,

@@ -19,7 +19,15 @@ from genobs.plan.liveness import replica_labels, target_labels
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
 from genobs.plan.recording import Recorder, pool_label
 from genobs.testgen.humanize import expand
-from genobs.testgen.unittests_fleet import Fleet, identity, input_series, quantile_of
+from genobs.testgen.unittests_fleet import (
+    EVALUATION_STEP,
+    INPUT_INTERVAL,
+    Fleet,
+    identity,
+    input_series,
+    on_step,
+    quantile_of,
+)
 from genobs.testgen.unittests_probes import (
     _COMPARE,
     PROBES,
@@ -32,7 +40,6 @@ from genobs.testgen.unittests_probes import (
 from genobs.testgen.unittests_slo import burn_rate, discover_slos, selectors, slo_fires, slo_probe, unavailable_probe
 from genobs.units import prom_duration_seconds
 
-EVALUATION_INTERVAL = "1m"
 MARGIN_MINUTES = 3  # evaluation time past the rate window plus `for`
 SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
 
@@ -142,7 +149,7 @@ class _Planner:
 
     def own_minutes(self, name: str, probe: Probe) -> int:
         minutes = self.env.window + max(_minutes(r.for_) for r in self.by_name[name]) + MARGIN_MINUTES
-        return max(minutes, SLO_MINUTES) if probe.slo else minutes
+        return on_step(max(minutes, SLO_MINUTES) if probe.slo else minutes)
 
     # --- expectations ---------------------------------------------------------------------------
     def series_labels(self, probe: Probe) -> dict[str, str]:
@@ -327,7 +334,7 @@ class _Planner:
     def healthy_group(self, cases: list[Case]) -> dict:
         env, healthy = self.env, self.env.healthy
         assert healthy is not None
-        at = max([self.own_minutes(n, p) for n in self.by_name if (p := self.probe(n))] or [MARGIN_MINUTES])
+        at = max([self.own_minutes(n, p) for n in self.by_name if (p := self.probe(n))] or [on_step(MARGIN_MINUTES)])
         names = []
         for name, rules in self.by_name.items():
             probe = self.probe(name)
@@ -355,7 +362,7 @@ class _Planner:
                     except ValueError:
                         pass
             series += input_series(self.ctx, worst, other, needs, at)
-        group: dict = {"name": "healthy fleet: no alert fires", "interval": EVALUATION_INTERVAL, "input_series": series}
+        group: dict = {"name": "healthy fleet: no alert fires", "interval": INPUT_INTERVAL, "input_series": series}
         group["alert_rule_test"] = [{"eval_time": f"{at}m", "alertname": n, "exp_alerts": []} for n in names]
         if exprs:
             group["promql_expr_test"] = exprs
@@ -366,7 +373,7 @@ class _Planner:
         needs = set().union(*(c.needs for c in pack.cases)) | self.deps([t["expr"] for t in exprs])
         group: dict = {
             "name": "faults: " + "; ".join(c.title for c in pack.cases),
-            "interval": EVALUATION_INTERVAL,
+            "interval": INPUT_INTERVAL,
             "input_series": input_series(self.ctx, pack.fleet, self.env.ident, needs, pack.minutes),
             "alert_rule_test": [t for alerts, _ in pack.results for t in alerts],
         }
@@ -378,7 +385,7 @@ class _Planner:
         files = list(dict.fromkeys(f"../{naming.rule_file(self.spec_name, g.name)}" for g in self.groups))
         return {
             "rule_files": files,
-            "evaluation_interval": EVALUATION_INTERVAL,
+            "evaluation_interval": EVALUATION_STEP,
             "group_eval_order": [g.name for g in self.groups],
             "tests": tests,
         }

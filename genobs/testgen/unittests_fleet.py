@@ -18,6 +18,23 @@ from genobs.plan.context import Context
 # Fleet-wide rates: round numbers that split evenly over two data-parallel ranks.
 # Values compared to the last digit avoid sums whose rounding depends on the order
 # Prometheus adds series in (see exact_sum).
+# Input series have a sample every minute; promtool evaluates the rules every two minutes.
+# Every fault is stationary (it holds from the first sample on), so a rule's value is the
+# same at every step once its window is full, and a 2m step only moves the moment an alert
+# becomes active by at most one minute, which the 3 minutes of margin past `for` absorb.
+# Evaluation times are put on a step (on_step): promtool reports the alerts of the last
+# step at or before eval_time, and a growing series (RSS) has another value a minute
+# earlier. promtool's cost is rules x steps: the 2m step halves it.
+INPUT_INTERVAL = "1m"
+EVALUATION_STEP = "2m"
+STEP_MINUTES = 2
+
+
+def on_step(minutes: int) -> int:
+    """The first evaluation step at or after `minutes`."""
+    return -(-minutes // STEP_MINUTES) * STEP_MINUTES
+
+
 REQUESTS = 100  # finished requests per second (also observations/s of request histograms)
 TOKENS = 2000  # generated tokens per second (observations/s of the inter-token histogram)
 DRAFTS = 1000  # speculative draft tokens per second
