@@ -18,6 +18,7 @@ from genobs.cli import main
 from genobs.loader import load_spec
 from genobs.plan import build_plan
 from genobs.promql import metric_names
+from genobs.render.dashboard import flat_panels
 from tests.conftest import REPO, SPECS
 
 SPEC_IDS = [p.stem for p in SPECS]
@@ -139,16 +140,29 @@ def test_module_entry_point_runs():
 def test_dashboard_panels_have_units_descriptions_and_do_not_overlap(spec: Path):
     out = render_spec(spec)
     dashboard = json.loads(next(v for k, v in out.files.items() if k.startswith("grafana/")))
-    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
-    cells: set[tuple[int, int]] = set()
+    assert len({p["id"] for p in flat_panels(dashboard)}) == len(flat_panels(dashboard))
     titles = []
-    for p in dashboard["panels"]:
-        g = p["gridPos"]
-        assert g["x"] + g["w"] <= 24
-        for x in range(g["x"], g["x"] + g["w"]):
-            for y in range(g["y"], g["y"] + g["h"]):
-                assert (x, y) not in cells, f"{p['title']} overlaps another panel"
-                cells.add((x, y))
+    # on screen: the open rows' panels, and a collapsed row's panels once it alone is opened
+    collapsed = [i for i, p in enumerate(dashboard["panels"]) if p.get("collapsed")]
+    for opened in (None, *collapsed):
+        cells: set[tuple[int, int]] = set()
+        shift = 0
+        for i, row_or_panel in enumerate(dashboard["panels"]):
+            shown = [row_or_panel]
+            if i == opened:
+                shown += row_or_panel["panels"]
+                shift = max(c["gridPos"]["y"] + c["gridPos"]["h"] for c in row_or_panel["panels"]) - (
+                    row_or_panel["gridPos"]["y"] + 1
+                )
+            for p in shown:
+                g = p["gridPos"]
+                assert g["x"] + g["w"] <= 24
+                top = g["y"] + (shift if p is row_or_panel and i != opened else 0)
+                for x in range(g["x"], g["x"] + g["w"]):
+                    for y in range(top, top + g["h"]):
+                        assert (x, y) not in cells, f"{p['title']} overlaps another panel"
+                        cells.add((x, y))
+    for p in flat_panels(dashboard):
         if p["type"] == "row":
             titles.append(p["title"])
             continue

@@ -16,6 +16,7 @@ from genobs.build import render_spec
 from genobs.errors import SpecError
 from genobs.loader import load_spec_text
 from genobs.plan import build_plan
+from genobs.render.dashboard import flat_panels
 from tests.conftest import REPO
 
 SPEC = REPO / "specs" / "capacity.yaml"
@@ -187,10 +188,10 @@ def test_generated_capacity_tests_cover_every_capacity_alert():
 def test_goodput_row_sits_next_to_throughput():
     out = render_spec(SPEC)
     dashboard = json.loads(out.files["grafana/genobs-capacity.json"])
-    rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
+    rows = [p["title"] for p in flat_panels(dashboard) if p["type"] == "row"]
     at = rows.index("System throughput (tok/s)")
     assert rows[at + 1] == "Goodput and system efficiency" and "Capacity headroom" in rows
-    titles = {p["title"] for p in dashboard["panels"]}
+    titles = {p["title"] for p in flat_panels(dashboard)}
     assert {"Goodput (req/s)", "Goodput vs total output (tok/s)", "System efficiency",
             "Running requests per engine vs max_num_seqs", "KV pool (vllm:cache_config_info)"} <= titles
 

@@ -14,7 +14,7 @@ import yaml
 
 from genobs.loader import load_spec_text
 from genobs.plan import build_plan
-from genobs.render.dashboard import render_dashboard
+from genobs.render.dashboard import flat_panels, render_dashboard
 from tests.conftest import REPO
 
 GRAFANA = "https://grafana.example.com/sub"
@@ -37,8 +37,8 @@ def plan_of(text: str):
 def test_every_alert_links_to_a_panel_that_exists_with_its_labels_as_variables():
     plan = plan_of(SPEC)
     board = render_dashboard(plan.dashboard)
-    ids = {p["id"]: p for p in board["panels"]}
-    assert len(ids) == len(board["panels"])  # unique ids
+    ids = {p["id"]: p for p in flat_panels(board)}
+    assert len(ids) == len(flat_panels(board))  # unique ids
     names = [v["name"] for v in board["templating"]["list"]]
     for alert in plan.alerts:
         url = alert.dashboard_url
@@ -96,8 +96,8 @@ def test_drill_down_variables_chain_and_the_row_honours_them():
     assert 'role=~"$role"' in variables["instance"]["definition"]
     assert 'instance=~"$instance"' in variables["engine"]["definition"]
     assert variables["instance"]["multi"] is False and variables["instance"]["includeAll"] is False
-    row = next(i for i, p in enumerate(board["panels"]) if p["title"] == "Replica drill-down ($instance)")
-    panels = board["panels"][row + 1 : row + 4]
+    row = next(i for i, p in enumerate(flat_panels(board)) if p["title"] == "Replica drill-down ($instance)")
+    panels = flat_panels(board)[row + 1 : row + 4]
     assert [p["title"] for p in panels] == ["Replica liveness", "KV cache usage per engine", "Running and waiting per engine"]
     for p in panels:
         for t in p["targets"]:
@@ -118,21 +118,21 @@ def test_latency_panels_show_p95_beside_p50_and_p99_and_it_is_recorded():
     board = render_dashboard(plan.dashboard)
     recorded = {(r.record, dict(r.labels).get("quantile")) for r in plan.recording_rules}
     for title in ("Time to first token", "End-to-end latency"):
-        panel = next(p for p in board["panels"] if p["title"] == title)
+        panel = next(p for p in flat_panels(board) if p["title"] == title)
         legends = [t["legendFormat"].split()[-1] for t in panel["targets"]]
         assert legends[:4] == ["p50", "p90", "p95", "p99"], legends
         p95 = panel["targets"][2]["expr"]
         assert 'quantile="0.95"' in p95
         assert (p95.split("{")[0], "0.95") in recorded
     # nothing recorded at 0.95 that no panel reads
-    shown = {t["expr"].split("{")[0] for p in board["panels"] for t in p.get("targets", []) if 'quantile="0.95"' in t["expr"]}
+    shown = {t["expr"].split("{")[0] for p in flat_panels(board) for t in p.get("targets", []) if 'quantile="0.95"' in t["expr"]}
     assert {r for r, qv in recorded if qv == "0.95"} == shown
 
 
 def test_generated_dashboard_is_json_with_unique_panel_ids_in_every_example():
     for out in sorted((REPO / "out").glob("*/grafana/*.json")):
         board = json.loads(out.read_text())
-        ids = [p["id"] for p in board["panels"]]
+        ids = [p["id"] for p in flat_panels(board)]
         assert ids == list(range(1, len(ids) + 1)), out
 
 
@@ -159,11 +159,12 @@ def test_dashboard_json_has_the_shape_of_the_schema_version_it_claims(out):
     for v in board["templating"]["list"]:
         if v["type"] == "query":
             assert _datasource_ref(v["datasource"]) and isinstance(v["query"], dict) and v["definition"]
-    for p in board["panels"]:
+    for p in flat_panels(board):
         assert not LEGACY_PANEL_KEYS & set(p), (p["title"], LEGACY_PANEL_KEYS & set(p))
         assert None not in p.values(), p["title"]
         if p["type"] == "row":
-            assert "datasource" not in p and p["panels"] == []
+            # a collapsed row holds its panels (Grafana queries them when it is opened)
+            assert "datasource" not in p and (p["collapsed"] or p["panels"] == [])
             continue
         assert _datasource_ref(p["datasource"]) and "fieldConfig" in p and "overrides" in p["fieldConfig"]
         for t in p["targets"]:
@@ -184,10 +185,10 @@ def test_the_panel_an_alert_opens_links_back_to_its_runbook_section():
     runbook = "https://git.example.com/rb/RUNBOOK.md"
     plan = plan_of(SPEC + f"runbook: {{base_url: '{runbook}'}}\n")
     board = render_dashboard(plan.dashboard)
-    ids = {p["id"]: p for p in board["panels"]}
+    ids = {p["id"]: p for p in flat_panels(board)}
     for alert in plan.alerts:
         panel = ids[int(re.search(r"viewPanel=(\d+)", alert.dashboard_url).group(1))]
         urls = [link["url"] for link in panel["links"]]
         assert alert.runbook_url in urls and alert.runbook_url.startswith(runbook + "#"), (alert.name, urls)
     # a relative runbook (the default) is not linked: Grafana could not open it
-    assert not any(p.get("links") for p in render_dashboard(plan_of(SPEC).dashboard)["panels"])
+    assert not any(p.get("links") for p in flat_panels(render_dashboard(plan_of(SPEC).dashboard)))

@@ -9,7 +9,7 @@ import yaml
 
 from genobs.loader import load_spec_text
 from genobs.plan import build_plan
-from genobs.render.dashboard import render_dashboard
+from genobs.render.dashboard import flat_panels, render_dashboard
 from tests.conftest import REPO
 
 PRESETS = yaml.safe_load((REPO / "genobs/data/presets.yaml").read_text())
@@ -27,13 +27,13 @@ def test_dashboard_leads_with_the_presets_key_panels(use_case: str):
     assert first.title == f"Key indicators: {PRESETS[use_case]['primary_kpi']}"
     assert [p.title for p in first.panels] == PRESETS[use_case]["dashboard_lead"]
     board = render_dashboard(plan.dashboard)
-    row, kpi, second = board["panels"][:3]
+    row, kpi, second = flat_panels(board)[:3]
     assert row["type"] == "row" and kpi["gridPos"]["y"] == second["gridPos"]["y"] == 1  # side by side, on top
 
 
 def test_chat_puts_output_speed_per_user_next_to_ttft():
     board = render_dashboard(plan_for("chat").dashboard)
-    titles = [p["title"] for p in board["panels"][1:3]]
+    titles = [p["title"] for p in flat_panels(board)[1:3]]
     assert titles == ["Output speed per user (tok/s/user)", "Time to first token"]
 
 

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from genobs.plan import load_plan
-from genobs.render.dashboard import render_dashboard
+from genobs.render.dashboard import flat_panels, render_dashboard
 from tests.conftest import SPECS
 
 # what on-call can do within minutes, before any investigation
@@ -116,7 +116,7 @@ def colour_at(steps: list[dict], value: float) -> str:
 def test_dashboard_threshold_colours_are_red_on_the_side_that_fires(path):
     board = render_dashboard(plan(path).dashboard)
     checked = 0
-    for panel in board["panels"]:
+    for panel in flat_panels(board):
         defaults = panel.get("fieldConfig", {}).get("defaults", {})
         steps = defaults.get("thresholds", {}).get("steps", [])
         if len(steps) < 2:

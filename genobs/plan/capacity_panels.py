@@ -235,4 +235,5 @@ def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
                 max=1,
             ),
         ),
+        collapsed=True,  # a series per pod (and GPU)
     )

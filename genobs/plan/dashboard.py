@@ -256,9 +256,20 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
                 max=1,
             )
         )
+    engine.append(
+        Panel(
+            "Scrape targets up",
+            "Targets matching the selector that Prometheus scraped successfully, against all targets.",
+            "short",
+            (
+                Target(p.sel("process_targets_up"), "up"),
+                Target(p.sel("process_targets"), "targets"),
+            ),
+        )
+    )
     rows.append(Row("Engine and scheduler", tuple(engine)))
     if "replica_ttft_mean" in rec.names:
-        rows.append(Row("Replicas", _replica_panels(p)))
+        rows.append(Row("Replicas", _replica_panels(p), collapsed=True))
 
     if "spec_token_ratio" in rec.names:
         panels = []
@@ -340,21 +351,13 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
                     (Target(p.sel("process_rss"), "{{instance}}"),),
                 ),
                 Panel(
-                    "Scrape targets up",
-                    "Targets matching the selector that Prometheus scraped successfully, against all targets.",
-                    "short",
-                    (
-                        Target(p.sel("process_targets_up"), "up"),
-                        Target(p.sel("process_targets"), "targets"),
-                    ),
-                ),
-                Panel(
                     "Python GC collections",
                     "GC collections per second of the API-server process by generation. Frequent collections cause ITL jitter.",
                     "ops",
                     (Target(p.sel("process_gc"), "{{instance}} gen {{generation}}"),),
                 ),
             ),
+            collapsed=True,  # one series per target (per generation for GC)
         )
     )
     return tuple(rows)

@@ -77,6 +77,17 @@ def _annotation(a: Annotation) -> dict:
     }
 
 
+def flat_panels(board: dict) -> list[dict]:
+    """Every panel of a rendered dashboard in order, row headers included: a collapsed row
+    holds its own panels, which follow it here as they do on screen once it is opened."""
+    out = []
+    for p in board.get("panels", []):
+        out.append(p)
+        if p.get("type") == "row" and p.get("collapsed"):
+            out.extend(p.get("panels", []))
+    return out
+
+
 def render_dashboard(plan: DashboardPlan) -> dict:
     import grafanalib.core as g
     from grafanalib._gen import DashboardEncoder
@@ -100,16 +111,25 @@ def render_dashboard(plan: DashboardPlan) -> dict:
             )
         )
     panel_links = dict(plan.panel_links)
-    panels = []
+    panels: list = []
+    target = panels  # where the next panel goes: the dashboard, or a collapsed row's own list
     y = x = 0
-    # ids from the plan's numbering: alerts' dashboard_url links open these panels
+    resume = 0  # y after a collapsed row: its panels take no room until it is opened
+    # ids from the plan's numbering: alerts' dashboard_url links open these panels (Grafana
+    # opens the collapsed row that holds a linked panel)
     for pid, row, p in numbered(plan.rows):
         if p is None:
             if panels:
-                y += 8
-            panels.append(g.RowPanel(title=row.title, gridPos=g.GridPos(h=1, w=24, x=0, y=y), id=pid))
+                y = resume if target is not panels else y + 8
+            header = g.RowPanel(title=row.title, gridPos=g.GridPos(h=1, w=24, x=0, y=y), id=pid)
+            panels.append(header)
             y += 1
             x = 0
+            resume = y
+            target = panels
+            if row.collapsed:
+                header.collapsed, header.panels = True, []
+                target = header.panels
             continue
         if x + p.width > 24:
             x = 0
@@ -117,7 +137,7 @@ def render_dashboard(plan: DashboardPlan) -> dict:
         panel = _panel(p, x, y)
         panel.id = pid
         panel.links = [{"title": t, "url": u, "targetBlank": True} for t, u in panel_links.get(p.title, ())]
-        panels.append(panel)
+        target.append(panel)
         x += p.width
     dashboard = g.Dashboard(
         title=plan.title,

@@ -104,6 +104,7 @@ def _panel(p: dict) -> dict:
         out.pop("transformations", None)
         out.pop("maxDataPoints", None)
         out.pop("links", None)
+        out["panels"] = [_panel(c) for c in out.get("panels", [])]  # a collapsed row holds its panels
         return out
     if out["type"] == "heatmap":
         out = _heatmap(out)
