@@ -352,6 +352,7 @@ class Result:
     official: tuple[float, int]
     backfill_s: float
     rss_mib: float
+    measured: list[Measured] = field(default_factory=list)
 
 
 def run_variant(variant: Variant, raw_blocks: Path, work: Path, pods: int, start: int, end: int, repeat: int) -> Result:
@@ -386,7 +387,24 @@ def run_variant(variant: Variant, raw_blocks: Path, work: Path, pods: int, start
             )
         )
     total = lambda xs: (sum(t for t, _ in xs) * 1000, sum(n for _, n in xs))  # noqa: E731
-    return Result(variant.label, pods, groups, total(ours), total(theirs), spent, rss)
+    return Result(variant.label, pods, groups, total(ours), total(theirs), spent, rss, measured)
+
+
+def top(r: Result, n: int) -> str:
+    """The n rule expressions with the most full-window ms: where a group's time goes."""
+    if n <= 0:
+        return ""
+    lines = [f"### the {n} most expensive rules ({r.label}, {r.pods} pods)", ""]
+    lines.append("| group | rule | ms | samples | full-window ms | full-window samples | expression |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for m in sorted(r.measured, key=lambda m: -m.full_ms)[:n]:
+        expr = " ".join(m.rule.expr.split())
+        expr = (expr if len(expr) <= 120 else expr[:117] + "...").replace("|", "\\|")
+        lines.append(
+            f"| {m.rule.group} | {m.rule.name} | {m.ms:.1f} | {m.samples:,} | {m.full_ms:.1f} | "
+            f"{m.full_samples:,.0f} | `{expr}` |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def report(r: Result) -> str:
@@ -434,6 +452,7 @@ def main() -> None:
     )
     parser.add_argument("--no-before", action="store_true", help="measure only the working tree's rules")
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median time is reported")
+    parser.add_argument("--top", type=int, default=0, help="also list the N most expensive rule expressions")
     parser.add_argument("--keep", type=Path, help="keep the work files in this folder")
     args = parser.parse_args()
     variants = [variant_current()]
@@ -464,6 +483,8 @@ def main() -> None:
             for i, variant in enumerate(variants):
                 result = run_variant(variant, raw, work / f"v{i}", pods, start, end, args.repeat)
                 print(report(result), flush=True)
+                if args.top:
+                    print(top(result, args.top), flush=True)
         finally:
             if args.keep is None:
                 shutil.rmtree(work, ignore_errors=True)
