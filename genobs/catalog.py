@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
-from importlib import resources
+from dataclasses import dataclass, field
 
-import yaml
+from genobs import data as data_files
 
 Version = tuple[int, int, int]
 
@@ -49,13 +48,19 @@ class MetricDef:
     process: bool
     label_values: tuple[tuple[str, tuple[str, ...]], ...] = ()  # values vLLM exports for extra labels
     engine_label: bool = True  # carries engine="<rank>" on versions that have it
+    # version -> wire name: a build asks tens of thousands of times for a few dozen names
+    _names: dict = field(default_factory=dict, compare=False, repr=False)
 
     def values_of(self, label: str) -> tuple[str, ...]:
         return dict(self.label_values).get(label, ())
 
     def name_for(self, v: Version) -> str | None:
-        found = [r.name for r in self.names if r.contains(v)]
-        return found[-1] if found else None
+        try:
+            return self._names[v]
+        except KeyError:
+            found = [r.name for r in self.names if r.contains(v)]
+            self._names[v] = found[-1] if found else None
+            return self._names[v]
 
     def buckets_for(self, v: Version) -> tuple[float, ...]:
         for since, until, le in self.buckets:
@@ -154,5 +159,4 @@ def _build(raw: dict) -> Catalog:
 
 @functools.cache
 def load_catalog(engine: str = "vllm") -> Catalog:
-    text = resources.files("genobs.data").joinpath(f"{engine}.yaml").read_text(encoding="utf-8")
-    return _build(yaml.safe_load(text))
+    return _build(data_files.load(f"{engine}.yaml"))

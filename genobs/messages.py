@@ -5,11 +5,10 @@ from __future__ import annotations
 import difflib
 import functools
 import typing
-from importlib import resources
 
-import yaml
 from pydantic import BaseModel
 
+from genobs import data as data_files
 from genobs.spec import Spec
 from genobs.units import parse_number, parse_ratio, parse_seconds
 
@@ -162,7 +161,7 @@ def message(err: dict) -> tuple[Path_, str]:
 @functools.cache
 def _alert_kinds() -> dict[str, str]:
     """signal -> unit of its thresholds (seconds, ratio, number, none), from signals.yaml."""
-    data = yaml.safe_load(resources.files("genobs.data").joinpath("signals.yaml").read_text(encoding="utf-8"))
+    data = data_files.load("signals.yaml")
     return {a["signal"]: a["kind"] for a in data["alerts"].values() if a.get("primary")}
 
 

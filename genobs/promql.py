@@ -3,6 +3,7 @@ the parse check every expression passes before it is written."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 Matcher = tuple[str, str, str]  # (label, op, value)
@@ -67,7 +68,8 @@ def le_matcher(bound: float) -> Matcher:
     return ("le", "=~", f"{text}(\\.0+)?")
 
 
-def metric_names(expr: str) -> set[str]:
+@functools.lru_cache(maxsize=8192)
+def metric_names(expr: str) -> frozenset[str]:
     """Names of every series an expression selects; raises ValueError if it does not parse."""
     import promql_parser
 
@@ -83,4 +85,4 @@ def metric_names(expr: str) -> set[str]:
         return True
 
     promql_parser.walk(tree, visit)
-    return names
+    return frozenset(names)

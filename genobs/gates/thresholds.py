@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-import yaml
+from genobs import data as data_files
 
 
 @dataclass(frozen=True)
@@ -68,4 +67,4 @@ def load_gates(spec: Path) -> SpecGates:
 
 @functools.cache
 def gate_data() -> dict:
-    return yaml.safe_load(resources.files("genobs.data").joinpath("gates.yaml").read_text(encoding="utf-8"))
+    return data_files.load("gates.yaml")

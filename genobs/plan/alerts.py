@@ -6,10 +6,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 
-import yaml
-
+from genobs import data as data_files
 from genobs import naming
 from genobs import promql as q
 from genobs.plan import liveness
@@ -24,12 +22,12 @@ WAITING_FLOOR = 10.0  # queue-outlier floor when the waiting alert is off (its d
 
 @functools.cache
 def signal_data() -> dict:
-    return yaml.safe_load(resources.files("genobs.data").joinpath("signals.yaml").read_text(encoding="utf-8"))
+    return data_files.load("signals.yaml")
 
 
 @functools.cache
 def preset_data() -> dict:
-    return yaml.safe_load(resources.files("genobs.data").joinpath("presets.yaml").read_text(encoding="utf-8"))
+    return data_files.load("presets.yaml")
 
 
 HANDBOOK = ("title", "meaning", "first_action", "next_checks")

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from importlib import resources
 
-import yaml
-
+from genobs import data as data_files
 from genobs import naming
 from genobs import promql as q
 from genobs.plan import capacity_gpu
@@ -28,7 +26,7 @@ P99 = (("quantile", "=", "0.99"),)
 
 @functools.cache
 def capacity_data() -> dict:
-    return yaml.safe_load(resources.files("genobs.data").joinpath("capacity.yaml").read_text(encoding="utf-8"))
+    return data_files.load("capacity.yaml")
 
 
 def settings(spec) -> Capacity | None:

@@ -11,10 +11,8 @@ queues. Metric names come from genobs/data/dcgm.yaml."""
 from __future__ import annotations
 
 import functools
-from importlib import resources
 
-import yaml
-
+from genobs import data as data_files
 from genobs import naming
 from genobs import promql as q
 from genobs.plan.alerts import format_threshold, labels_template
@@ -24,7 +22,7 @@ from genobs.units import parse_ratio
 
 @functools.cache
 def dcgm_data() -> dict:
-    return yaml.safe_load(resources.files("genobs.data").joinpath("dcgm.yaml").read_text(encoding="utf-8"))
+    return data_files.load("dcgm.yaml")
 
 
 def metric(key: str) -> str:

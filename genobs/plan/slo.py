@@ -6,10 +6,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from fractions import Fraction
-from importlib import resources
 
-import yaml
-
+from genobs import data as data_files
 from genobs import naming
 from genobs import promql as q
 from genobs.plan import liveness
@@ -37,7 +35,7 @@ SPEED_TEXT = {
 
 @functools.cache
 def burn_table() -> dict:
-    return yaml.safe_load(resources.files("genobs.data").joinpath("burn_rates.yaml").read_text(encoding="utf-8"))
+    return data_files.load("burn_rates.yaml")
 
 
 @dataclass(frozen=True)

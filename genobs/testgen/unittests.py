@@ -7,6 +7,7 @@ evaluates the rules once for all of them."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -46,6 +47,17 @@ SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
 
 def _minutes(duration: str) -> int:
     return math.ceil(prom_duration_seconds(duration) / 60) if duration else 0
+
+
+@functools.lru_cache(maxsize=8192)
+def _equal_selectors(expr: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """(name, equality matchers) of every selector of an expression: a plan asks for the same
+    rule expressions hundreds of times while following dependencies."""
+    eq = promql_parser.MatchOp.Equal
+    return tuple(
+        (sel.name, tuple((m.name, m.value) for m in sel.matchers.matchers if m.op == eq))
+        for sel in selectors(promql_parser.parse(expr))
+    )
 
 
 def _sample_text(name: str, labels: dict[str, str]) -> str:
@@ -101,14 +113,14 @@ class _Planner:
         out: set[str] = set()
         todo, seen = list(exprs), set()
         while todo:
-            for sel in selectors(promql_parser.parse(todo.pop())):
-                equal = {m.name: m.value for m in sel.matchers.matchers if m.op == promql_parser.MatchOp.Equal}
-                rules = [r for r in self.recording if r.record == sel.name]
+            for name, equal_items in _equal_selectors(todo.pop()):
+                equal = dict(equal_items)
+                rules = [r for r in self.recording if r.record == name]
                 if not rules:
-                    out.add(sel.name)
+                    out.add(name)
                 for i, r in enumerate(rules):
-                    if (sel.name, i) not in seen and all(equal.get(k, v) == v for k, v in r.labels):
-                        seen.add((sel.name, i))
+                    if (name, i) not in seen and all(equal.get(k, v) == v for k, v in r.labels):
+                        seen.add((name, i))
                         todo.append(r.expr)
         return out
 
