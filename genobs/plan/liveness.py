@@ -80,13 +80,9 @@ def record_failures(r: Recorder) -> None:
     reasons = failed_reasons(ctx)
     parts = []
     if reasons:
-        sel = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(reasons)),))
-        r.add(
-            "failed_finishes",
-            "requests_failed_finish",
-            "rate",
-            f"{q.sum_by(ctx.group, q.rate(sel, ctx.window))} or {zero}",
-        )
+        # from the recorded rate by reason: the raw counter is read once per evaluation
+        sel = r.ref("finish_by_reason", (("finished_reason", "=~", q.any_of(reasons)),))
+        r.add("failed_finishes", "requests_failed_finish", "rate", f"{q.sum_by(ctx.group, sel)} or {zero}")
         parts.append(r.ref("failed_finishes"))
     if ctx.has("http_requests"):
         r.add("http_5xx", "http_server_errors", "rate", f"{http_by_model(ctx, '5xx', ctx.window)} or {zero}")
@@ -116,7 +112,8 @@ def record_liveness(r: Recorder) -> None:
     tokens = q.sum_by(rl, ctx.rate("generation_tokens"))
     # V0 creates a finished_reason series only once seen: no series means no finished request
     # every pool finishes requests (prefill legs as `length`): a replica's liveness reads all
-    finished = f"({q.sum_by(rl, q.rate(ctx.raw('request_success', all_roles=True), ctx.window))} or {tokens} * 0)"
+    # (the zero comes from the replica's recorded active requests, not a second raw token read)
+    finished = f"({q.sum_by(rl, q.rate(ctx.raw('request_success', all_roles=True), ctx.window))} or {r.ref('replica_active')} * 0)"
     r.add("replica_progress", "replica_progress", "rate", f"{tokens} + {finished}")
     hung = hung_replicas(r)
     replicas = f"count {q.by(ctx.group)} ({r.ref('replica_active')})"

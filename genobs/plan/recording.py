@@ -59,8 +59,9 @@ def _requests(r: Recorder) -> None:
         "rate",
         ctx.sum_rate("request_success", labels=("finished_reason",)),
     )
-    r.add("finished", "requests_finished", "rate", ctx.sum_rate("request_success"))
-    stop = ctx.sum_rate("request_success", extra=(("finished_reason", "=", "stop"),))
+    # the raw counter is read once, by reason; the totals derive from that recorded rate
+    r.add("finished", "requests_finished", "rate", q.sum_by(g, r.ref("finish_by_reason")))
+    stop = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", "stop"),)))
     # V0 creates a finished_reason series only once it is seen: fall back to 0
     r.add("succeeded", "requests_succeeded", "rate", f"{stop} or ({r.ref('finished')} * 0)")
     r.add("unsuccessful", "requests_unsuccessful", "rate", f"{r.ref('finished')} - {r.ref('succeeded')}")
@@ -162,7 +163,8 @@ def output_speed(r: Recorder) -> str:
     ctx = r.ctx
     if ctx.version >= ctx.catalog.per_request_tpot_since:
         # 1 / mean TPOT; TPOT = decode time / (generated tokens - 1), one observation per request
-        return q.ratio(r.count("tpot"), ctx.sum_rate("tpot", "_sum"))
+        # (from the recorded mean: the raw _sum is read once)
+        return q.ratio("1", r.ref("tpot_mean"))
     # older releases: tokens after the first over decode time, both observed once per request
     decoded = f"{ctx.sum_rate('generation_length', '_sum')} - {ctx.sum_rate('generation_length', '_count')}"
     return q.ratio(decoded, ctx.sum_rate("decode_time", "_sum"))
