@@ -24,35 +24,58 @@ SCALE = {
     "200 SLOs": (200, 1),
     "100 models x 50 SLOs": (50, 100),
     "1000 models x 50 SLOs": (50, 1000),
+    "5000 models x 50 SLOs": (50, 5000),
 }
+TIMED_OUT = (float("inf"), float("inf"))
 
 
-def measure(cmd: list[str], runs: int) -> tuple[float, float, float]:
+def measure(
+    cmd: list[str], runs: int, timeout: float | None = None, warm_up: bool = True
+) -> tuple[float, float, float]:
     """(best wall seconds, best CPU seconds, peak RSS MiB of the child) over `runs` runs, after
-    one warm-up run. CPU time (user + system of the child) is what a loaded machine distorts
-    least. Children may write bytecode (PYTHONDONTWRITEBYTECODE unset): an installed genobs has
-    its .pyc files, as its dependencies do, so the warm-up run leaves the same state."""
+    one warm-up run (unless `warm_up` is false). CPU time (user + system of the child) is what a
+    loaded machine distorts least. Children may write bytecode (PYTHONDONTWRITEBYTECODE unset): an
+    installed genobs has its .pyc files, as its dependencies do, so the warm-up run leaves the same
+    state. A run past `timeout` seconds is stopped: (inf, inf, its peak RSS until then)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     best = cpu = float("inf")
     peak = 0.0
-    for i in range(runs + 1):
+    for i in range(runs + 1 if warm_up else runs):
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU time and peak RSS
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # this child's own CPU time and peak RSS
+            if pid:
+                break
+            if timeout is not None and time.perf_counter() - start > timeout:
+                proc.kill()
+                _, _, usage = os.wait4(proc.pid, 0)
+                return (*TIMED_OUT, max(peak, usage.ru_maxrss / 1024))
+            time.sleep(0.05)
         wall = time.perf_counter() - start
         if status != 0:
             raise SystemExit(f"{cmd} failed with status {status}")
-        if i == 0:
+        if warm_up and i == 0:
             continue
         best, cpu = min(best, wall), min(cpu, usage.ru_utime + usage.ru_stime)
         peak = max(peak, usage.ru_maxrss / 1024)
     return best, cpu, peak
 
 
+def _sizes(prom: Path) -> str:
+    """Sizes of the rule files, of the generated unit tests, and of slo.rules.yaml alone."""
+    mib = 2**20
+    rules = sum(p.stat().st_size for p in prom.glob("*.yaml")) / mib
+    tests = sum(p.stat().st_size for p in (prom / "tests").rglob("*.yaml")) / mib
+    slo = (prom / "slo.rules.yaml").stat().st_size / mib
+    return f"rules {rules:.2f} MiB (slo.rules {slo:.2f}), tests {tests:.2f} MiB"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5, help="runs per command; the best is reported")
     parser.add_argument("--scale", action="store_true", help="also the large specs (minutes; one run each)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds before a large-spec build is stopped")
     args = parser.parse_args()
     genobs = [sys.executable, "-m", "genobs"]
     rows: list[tuple[str, float, float, float, str]] = []
@@ -78,16 +101,20 @@ def main() -> None:
         if args.scale:
             folder = Path(tmp) / "scale"
             folder.mkdir()
+            times: dict[str, tuple[float, float, float]] = {}
             for label, (slos, models) in SCALE.items():
-                name = label.replace(" ", "-")
+                name = label.replace(" ", "-").lower()  # a spec name is lower-case
                 spec = scale_specs.write(folder, name, slos, models)
-                wall, cpu, rss = measure([*genobs, "build", "--no-check", str(spec), "-o", str(folder / "out")], 1)
-                prom = folder / "out" / name / "prometheus"
-                size = sum(p.stat().st_size for p in prom.rglob("*.yaml")) / 2**20
-                slo = (prom / "slo.rules.yaml").stat().st_size / 2**20
-                rows.append(
-                    (f"build --no-check, {label}", wall, cpu, rss, f"rules+tests {size:.1f} MiB, slo.rules {slo:.2f} MiB")
-                )
+                cmd = [*genobs, "build", "--no-check", str(spec), "-o", str(folder / "out")]
+                # one run each, no warm-up: the example specs above already wrote the bytecode
+                times[label] = found = measure(cmd, 1, args.timeout, warm_up=False)
+                if found[0] == float("inf"):
+                    rows.append((f"build --no-check, {label}", *found, f"stopped after {args.timeout:g} s"))
+                    continue
+                note = _sizes(folder / "out" / name / "prometheus")
+                if label == "200 SLOs" and times["100 SLOs"][0] != float("inf"):
+                    note += ", " + ratio(found, times["100 SLOs"], "the 100 SLOs")
+                rows.append((f"build --no-check, {label}", *found, note))
     print(f"{'command':<44} {'best wall s':>12} {'best CPU s':>11} {'peak RSS MiB':>13}  note")
     for name, wall, cpu, rss, note in rows:
         print(f"{name:<44} {wall:>12.3f} {cpu:>11.3f} {rss:>13.1f}  {note}")
