@@ -27,6 +27,18 @@ def series(engine: str, reason: str, values: str) -> dict:
     return {"series": f"{METRIC}{{{inner}}}", "values": values}
 
 
+def running(engine: str, values: str = "1x500") -> dict:
+    """vLLM exports the running-requests gauge of every engine beside its counters."""
+    labels = {**BASE, "engine": engine}
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return {"series": f"vllm:num_requests_running{{{inner}}}", "values": values}
+
+
+def with_gauges(inputs: list[dict]) -> list[dict]:
+    engines = sorted({re.search(r'engine="(\w+)"', s["series"]).group(1) for s in inputs})
+    return [*inputs, *(running(e) for e in engines)]
+
+
 def expected_alert(name: str) -> dict:
     """The alert's labels and annotations as Prometheus renders them, from the plan."""
     plan = build_plan(load_spec(CHAT))
@@ -54,7 +66,7 @@ def run_promtool(tmp_path: Path, promtool: str, tests: list[dict]) -> subprocess
     doc = {
         "rule_files": sorted(p.name for p in tmp_path.glob("*.rules.yaml")),
         "evaluation_interval": "1m",
-        "tests": tests,
+        "tests": [{**t, "input_series": with_gauges(t["input_series"])} for t in tests],
     }
     (tmp_path / "slo_test.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return subprocess.run([promtool, "test", "rules", "slo_test.yaml"], cwd=tmp_path, capture_output=True, text=True)
@@ -135,7 +147,7 @@ def test_the_low_traffic_check_can_fail(tmp_path, promtool):
     for rel, data in out.files.items():
         if rel.endswith(".rules.yaml"):
             (tmp_path / Path(rel).name).write_bytes(data)
-    inputs = [series("0", "stop", "0x19 1x19 2x19 2x19"), series("0", "error", "0x60 1x20")]
+    inputs = with_gauges([series("0", "stop", "0x19 1x19 2x19 2x19"), series("0", "error", "0x60 1x20")])
     doc = {
         "rule_files": sorted(p.name for p in tmp_path.glob("*.rules.yaml")),
         "evaluation_interval": "1m",

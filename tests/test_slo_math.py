@@ -45,6 +45,8 @@ def run(
         if rel.startswith("prometheus/") and rel.endswith(".rules.yaml"):
             (tmp_path / Path(rel).name).write_bytes(data)
     files = sorted(p.name for p in tmp_path.glob("*.rules.yaml"))
+    # vLLM exports the running-requests gauge of every engine beside its counters
+    inputs = [*inputs, *(_series("vllm:num_requests_running", "1x600", engine=e) for e in ENGINES)]
     doc = {
         "rule_files": files,
         "evaluation_interval": "1m",

@@ -106,6 +106,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         min_request_rate=spec.service.min_request_rate,
         features=frozenset(features),
         roles=(roles.label, roles.prefill, roles.decode) if roles is not None else None,
+        spec=spec.name,
     )
 
 
@@ -266,8 +267,7 @@ def build_plan(doc: SpecDocument) -> Plan:
     rec = build_recording(ctx)
     base_url = spec.runbook.base_url or "RUNBOOK.md"
     alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(resolved)
-    buckets = {k[: -len("_buckets")]: v for k, v in rec.names.items() if k.endswith("_buckets")}
-    slos = slo.build_slos(doc, ctx, base_url, spec.team, buckets)
+    slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names)
     groups = (
         RuleGroup(naming.group(spec.name, "recording"), spec.evaluation_interval, tuple(rec.rules)),
         RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),

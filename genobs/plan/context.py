@@ -27,6 +27,7 @@ class Context:
     min_request_rate: float
     features: frozenset[str]
     roles: tuple[str, str, str] | None = None  # (label, prefill value, decode value)
+    spec: str = ""  # the spec's name: labels the SLO series, which several specs may share
 
     @property
     def version_text(self) -> str:
@@ -119,9 +120,13 @@ class Context:
 
     def slo_recorded(self, name: str, slo: str) -> str:
         """An SLO's own recorded series: its base window already selected the spec's models, so
-        the selector labels and the `slo` label pick it out without repeating the model list."""
+        the selector labels and the `slo` and `spec` labels pick it out without the model list
+        (two specs on one selector may both name an SLO `availability`)."""
         out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector if k in self.group]
-        return q.selector(name, (*out, ("slo", "=", slo)))
+        return q.selector(name, (*out, *self.slo_labels(slo)))
+
+    def slo_labels(self, slo: str) -> tuple[q.Matcher, ...]:
+        return (("slo", "=", slo), ("spec", "=", self.spec))
 
     def rec(self, subject: str, operation: str) -> str:
         """Name of a windowed recorded series, e.g. genobs:ttft_seconds:quantile_rate5m."""

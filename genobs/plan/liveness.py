@@ -5,6 +5,7 @@ hung or whose targets are down."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from genobs import promql as q
@@ -43,11 +44,13 @@ def _http(ctx: Context, status: str, handlers: bool = True) -> str:
     return ctx.raw("http_requests", extra=tuple(extra))
 
 
-def http_by_model(ctx: Context, status: str, window: str) -> str:
+def http_by_model(ctx: Context, status: str, window: str, pick: Callable[[str], str] | None = None) -> str:
     """Per-model rate of the API server's HTTP answers of one status class. http_requests_total
-    has no model_name: each replica's rate is attributed to the model(s) its engine series carry."""
+    has no model_name: each replica's rate is attributed to the model(s) its engine series carry.
+    `pick`: selects the spec's models from a series read without the model list."""
     per_target = q.sum_by(ctx.process_group, q.rate(_http(ctx, status), window))
-    models = f"group {q.by(replica_labels(ctx))} ({ctx.raw('requests_running')})"
+    running = pick(ctx.raw("requests_running", models=False)) if pick else ctx.raw("requests_running")
+    models = f"group {q.by(replica_labels(ctx))} ({running})"
     return q.sum_by(ctx.group, f"{models} * {q.on(ctx.process_group)} group_left () {per_target}")
 
 
@@ -60,14 +63,18 @@ def success_wording(ctx: Context, objective: str, bad: list[str]) -> str:
     return f"{objective} of requests do not fail (bad: {', '.join(sources)})"
 
 
-def failure_terms(ctx: Context, window: str, zero: str) -> list[str]:
+def failure_terms(ctx: Context, window: str, zero: str, pick: Callable[[str], str] | None = None) -> list[str]:
     """Failure rates beside finished requests over a window (HTTP 5xx, admission rejections),
-    each `or {zero}` so a series that was never created counts as 0."""
+    each `or {zero}` so a series that was never created counts as 0 (`pick`: as http_by_model)."""
     out = []
     if ctx.has("http_requests"):
-        out.append(f"({http_by_model(ctx, '5xx', window)} or {zero})")
+        out.append(f"({http_by_model(ctx, '5xx', window, pick)} or {zero})")
     if ctx.has("admission_rejections"):
-        out.append(f"({q.sum_by(ctx.group, q.rate(ctx.raw('admission_rejections'), window))} or {zero})")
+        if pick:
+            rejected = pick(q.rate(ctx.raw("admission_rejections", models=False), window))
+        else:
+            rejected = q.rate(ctx.raw("admission_rejections"), window)
+        out.append(f"({q.sum_by(ctx.group, rejected)} or {zero})")
     return out
 
 

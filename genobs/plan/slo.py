@@ -14,6 +14,7 @@ from genobs.plan import liveness
 from genobs.plan.alerts import labels_template
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, Row
+from genobs.plan.slo_sli import Sli, marker_rule
 from genobs.plan.slo_views import LATENCY_SLIS, slo_row, unavailable
 from genobs.units import format_percent, format_seconds, parse_ratio, parse_seconds, prom_duration_seconds
 
@@ -182,11 +183,12 @@ def _derived(
     return out
 
 
-def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded_buckets: dict[str, str]) -> SloPlan:
-    """`recorded_buckets`: histogram key -> recorded bucket-rate name (over the rate window).
+def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dict[str, str]) -> SloPlan:
+    """`recorded`: the recording group's signal key -> recorded name (over the rate window).
 
     Only the shortest window of an SLO reads the engine's series (through the recorded bucket
-    or finish-reason rates when the window is the rate window) and selects the spec's models;
+    or finish-reason rates when the window is the rate window) and selects the spec's models,
+    through one marker series per spec (slo_sli);
     every longer window is derived from that recorded short-window rate. We follow Sloth's
     "optimized" idea (long windows from recorded 5m results, read over the window) but
     traffic-weighted like Pyrra's increases: the average recorded error rate divided by the
@@ -201,55 +203,28 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded_buck
     runbook: list[dict] = []
     g = ctx.group
     labels_text = labels_template(g)
+    marker = marker_rule(ctx) if doc.spec.slos else None
+    if marker is not None:
+        rules.append(marker)  # first in the group: the base rules below read it in the same evaluation
     for slo in doc.spec.slos:
         objective = parse_ratio(slo.objective)
         budget = 1 - objective
-        tag = (("slo", slo.name),)
+        tag = tuple((k, v) for k, _, v in ctx.slo_labels(slo.name))
         base = _windows(slo)[0]
-        direct = base == ctx.window  # the recorded bucket / finish-reason rates cover it
+        sli = Sli(ctx, recorded, base)
         if slo.sli == "success":
             signal = "success"
-            bad = slo.bad_reasons or list(liveness.failed_reasons(ctx))
-            wording = liveness.success_wording(ctx, format_percent(objective), bad)
-
-            def totals(w: str) -> str:
-                finished = q.sum_by(g, q.rate(ctx.raw("request_success"), w))
-                return " + ".join([finished, *liveness.failure_terms(ctx, w, f"{finished} * 0")])
-
-            def errors(w: str, bad=tuple(bad)) -> str:
-                finished = q.sum_by(g, q.rate(ctx.raw("request_success"), w))
-                terms = liveness.failure_terms(ctx, w, f"{finished} * 0")
-                if bad:
-                    sel_bad = ctx.raw("request_success", extra=(("finished_reason", "=~", q.any_of(bad)),))
-                    # V0 creates a finished_reason series only once seen: absent means 0
-                    terms.insert(0, f"({q.sum_by(g, q.rate(sel_bad, w))} or {finished} * 0)")
-                return " + ".join(terms)
-
+            bad = tuple(slo.bad_reasons or liveness.failed_reasons(ctx))
+            wording = liveness.success_wording(ctx, format_percent(objective), list(bad))
+            base_totals, base_errors = sli.attempts(), sli.failures(bad)
         else:
             key, signal, verb = LATENCY_SLIS[slo.sli]
-            bound = parse_seconds(slo.threshold)
             wording = f"{format_percent(objective)} of requests {verb} {slo.threshold}"
             if slo.sli == "ttft":
                 # vLLM observes TTFT when the first token is produced; earlier aborts never reach it
                 wording += " (requests aborted before their first token are not counted)"
-            buckets = recorded_buckets.get(key) if direct else None
-
-            def totals(w: str, key=key, buckets=buckets) -> str:
-                if buckets:
-                    return q.sum_by(g, ctx.recorded(buckets, (("le", "=", "+Inf"),)))
-                return q.sum_by(g, q.rate(ctx.raw(key, "_count"), w))
-
-            def errors(w: str, key=key, bound=bound, buckets=buckets, slo_name=slo.name) -> str:
-                # requests (just recorded, same group) minus good events; matching on the grouping
-                # labels keeps only the spec's models, so the model list is written once per SLO
-                once = "model_name" not in g
-                requests = ctx.slo_recorded(naming.record("slo_requests", f"rate{w}"), slo_name)
-                le = (q.le_matcher(bound),)
-                if buckets:
-                    good = q.sum_by(g, ctx.recorded(buckets, le, models=once))
-                else:
-                    good = q.sum_by(g, q.rate(ctx.raw(key, "_bucket", le, models=once), w))
-                return f"({requests} - {q.on(g)} {good})"
+            requests = ctx.slo_recorded(naming.record("slo_requests", f"rate{base}"), slo.name)
+            base_totals, base_errors = sli.observed(key), sli.within(key, parse_seconds(slo.threshold), requests)
 
         def own(name: str, slo_name: str = slo.name) -> str:
             """This SLO's recorded series: the models were selected once, in the base window."""
@@ -262,16 +237,15 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded_buck
         gate_subject = "slo_gate_requests" if per_token else "slo_requests"
         if per_token:
             # finished requests over the base window from the engine; longer windows derived from it
-            finished = q.sum_by(g, q.rate(ctx.raw("request_success"), base))
-            rules.append(RecordingRule(naming.record("slo_gate_requests", f"rate{base}"), finished, tag))
+            rules.append(RecordingRule(naming.record("slo_gate_requests", f"rate{base}"), sli.finished(), tag))
             for w in sorted({row["long"] for row in table} - {base}, key=prom_duration_seconds):
                 out = long_rules if _is_long(w, table) else rules
                 out.extend(_derived(own, base, w, tag, ("slo_gate_requests",)))
         for w in windows:
             out = long_rules if _is_long(w, table) else rules
             if w == base:
-                out.append(RecordingRule(naming.record("slo_requests", f"rate{w}"), totals(w), tag))
-                out.append(RecordingRule(naming.record("slo_errors", f"rate{w}"), errors(w), tag))
+                out.append(RecordingRule(naming.record("slo_requests", f"rate{w}"), base_totals, tag))
+                out.append(RecordingRule(naming.record("slo_errors", f"rate{w}"), base_errors, tag))
             else:
                 out.extend(_derived(own, base, w, tag))
             ratio = q.ratio(
@@ -305,7 +279,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded_buck
                     f"and {q.on((*g, 'slo'))} {gate} >= {ctx.min_request_rate:g})"
                 )
             windows_text = "; ".join(f"{r['factor']:g}x over {r['long']} and {r['short']}" for r in pairs)
-            extra = [("severity", severity), ("signal", signal), ("slo", slo.name)]
+            extra = [("severity", severity), ("signal", signal), *((k, v) for k, _, v in ctx.slo_labels(slo.name))]
             if team:
                 extra.append(("team", team))
             # an alert on a long window is evaluated where that window is recorded, right after it

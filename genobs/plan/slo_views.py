@@ -9,6 +9,7 @@ from genobs.plan.alerts import labels_template
 from genobs.plan.context import Context
 from genobs.plan.dashboard import threshold_steps
 from genobs.plan.model import AlertRule, Panel, Row, Target
+from genobs.plan.slo_sli import pick
 from genobs.units import format_percent, parse_seconds
 
 # SLI -> (histogram key, signal label, wording)
@@ -31,9 +32,11 @@ def unavailable(ctx: Context, slo, window: str, base_url: str, team: str | None,
     name = naming.slo_unavailable(slo.name)
     requests = ctx.slo_recorded(naming.record("slo_requests", f"rate{window}"), slo.name)
     # `unless on` the grouping labels keeps the spec's models when model_name is one of them
-    good = ctx.raw(key, "_bucket", (q.le_matcher(bound),), models="model_name" not in g)
+    good = ctx.raw(key, "_bucket", (q.le_matcher(bound),), models=False)
+    if "model_name" not in g:
+        good = pick(ctx, good)
     bucket = f'{ctx.metric(key, "_bucket")}{{le="{bound:g}"}}'
-    extra = [("severity", "warning"), ("signal", signal), ("slo", slo.name)]
+    extra = [("severity", "warning"), ("signal", signal), *((k, v) for k, _, v in ctx.slo_labels(slo.name))]
     if team:
         extra.append(("team", team))
     rule = AlertRule(
@@ -79,7 +82,7 @@ def unavailable(ctx: Context, slo, window: str, base_url: str, team: str | None,
 
 
 def slo_row(ctx: Context, slo, objective: float, windows: list[str], table: list[dict]) -> Row:
-    matchers = ctx.panel_matchers() + (("slo", "=", slo.name),)
+    matchers = ctx.panel_matchers() + ctx.slo_labels(slo.name)
     legend = " ".join(f"{{{{{label}}}}}" for label in ctx.variables)
 
     def s(name: str) -> str:

@@ -180,7 +180,7 @@ class _Planner:
         if probe.labels == "quantile":
             labels["quantile"] = "0.99"
         if probe.labels == "slo":
-            labels["slo"] = probe.slo or probe.tag or ""
+            labels.update({k: v for k, _, v in ctx.slo_labels(probe.slo or probe.tag or "")})
         return labels
 
     def expected(self, probe: Probe, rule: AlertRule, value: float, exact: bool) -> dict | None:
@@ -218,8 +218,8 @@ class _Planner:
             if probe is None or probe.slo == slo.name:
                 name = naming.record("slo_burn_rate", f"rate{slo.shortest}")
                 value = lambda slo=slo: burn_rate(env, slo, fleet, at)  # noqa: E731
-                expr = self.ctx.recorded(name, (("slo", "=", slo.name),))
-                checks.append((expr, name, {**group, "slo": slo.name}, value))
+                expr = self.ctx.recorded(name, self.ctx.slo_labels(slo.name))
+                checks.append((expr, name, {**group, **{k: v for k, _, v in self.ctx.slo_labels(slo.name)}}, value))
         out = []
         for expr, name, labels, compute in checks:
             env.inexact = False

@@ -74,15 +74,30 @@ def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloD
                 if sel.name in wires:
                     wires[r.record] = wires[sel.name]
                     break
+    # the recording group's rules, to read what a recorded series an SLO reads stands for
+    sources = {r.record: r.expr for r in recording if not dict(r.labels).get("slo")}
     out: dict[str, SloDef] = {}
     for name in sorted({dict(r.labels)["slo"] for r in rules}):
-        found = _read_slo(name, [r for r in rules if dict(r.labels)["slo"] == name], wires)
+        found = _read_slo(name, [r for r in rules if dict(r.labels)["slo"] == name], wires, sources)
         if found is not None:
             out[name] = found
     return out
 
 
-def _read_slo(name: str, rules: list[RecordingRule], wires: dict[str, tuple[str, str]]) -> SloDef | None:
+def _leaves(sel, sources: dict[str, str], seen: tuple[str, ...] = ()) -> list:
+    """A selector and, when it reads a recorded series, the selectors of the rules behind it
+    (the outer one carries matchers such as finished_reason, the inner ones the exported names)."""
+    out = [sel]
+    expr = sources.get(sel.name)
+    if expr is not None and sel.name not in seen:
+        for inner in selectors(promql_parser.parse(expr)):
+            out += _leaves(inner, sources, (*seen, sel.name))
+    return out
+
+
+def _read_slo(
+    name: str, rules: list[RecordingRule], wires: dict[str, tuple[str, str]], sources: dict[str, str]
+) -> SloDef | None:
     errors_prefix = naming.record("slo_errors", "")
     burn_prefix = naming.record("slo_burn_rate", "rate")
     errors = [r for r in rules if r.record.startswith(errors_prefix)]
@@ -90,7 +105,8 @@ def _read_slo(name: str, rules: list[RecordingRule], wires: dict[str, tuple[str,
     if not errors or not burns:
         return None
     key, thr, bad, http = None, None, (), False
-    for sel in selectors(promql_parser.parse(errors[0].expr)):
+    read = [leaf for sel in selectors(promql_parser.parse(errors[0].expr)) for leaf in _leaves(sel, sources)]
+    for sel in read:
         found = wires.get(sel.name)
         http = http or (found is not None and found[0] == "http_requests")
         if found is None or found[0] in _SUCCESS_TERMS:

@@ -1,0 +1,124 @@
+"""The base (shortest) window of each SLO: the only SLO rules that read series the recording
+group did not compute for the SLO, and the one place the spec's models are selected.
+
+The spec's model list is written once per spec, in a marker series (`genobs:slo_models:info`,
+one series per served model of the spec, labelled `spec`), not once per SLO: the base rules read
+the recorded series (or, when the base window is not the rate window, the raw counters) without
+the model list and keep the spec's models by joining on the marker. Several specs may share one
+Prometheus and one selector with different models, so the recorded series of the selector hold
+other specs' models too; the join drops them. Without a model list (every model behind the
+selector) there is nothing to select and no marker."""
+
+from __future__ import annotations
+
+from genobs import naming
+from genobs import promql as q
+from genobs.plan import liveness
+from genobs.plan.context import Context
+from genobs.plan.model import RecordingRule
+
+MARKER = naming.record("slo_models", "info")
+
+
+def model_labels(ctx: Context) -> tuple[str, ...]:
+    """The labels of the marker: the grouping labels and the model."""
+    return tuple(dict.fromkeys((*ctx.group, "model_name")))
+
+
+def marker_rule(ctx: Context) -> RecordingRule | None:
+    """One series per model of the spec that an engine serves. The running-requests gauge is
+    exported by every engine from start-up, whatever traffic it had: it exists whenever the
+    finish-reason and histogram series do (vLLM 0.x creates some of those only once observed)."""
+    if not ctx.models:
+        return None
+    expr = f"group {q.by(model_labels(ctx))} ({ctx.raw('requests_running')})"
+    return RecordingRule(MARKER, expr, (("spec", ctx.spec),))
+
+
+def pick(ctx: Context, vector: str) -> str:
+    """The spec's models out of `vector`, read without the model list and carrying model_name.
+    `vector` must bind tighter than `and` (no top-level `or`/`unless`)."""
+    if not ctx.models:
+        return vector
+    labels = model_labels(ctx)
+    matchers = [(k, "=", v) for k, v in ctx.selector if k in labels]
+    marker = q.selector(MARKER, (*matchers, ("spec", "=", ctx.spec)))
+    return f"({vector} and {q.on(labels)} {marker})"
+
+
+def pick_recorded(ctx: Context, vector: str) -> str:
+    """As pick, for recorded series: without model_name among the grouping labels they are
+    already sums over the spec's models (the recording group selected them)."""
+    return pick(ctx, vector) if "model_name" in ctx.group else vector
+
+
+class Sli:
+    """Request and error rates of one SLO over its base window `w`. `direct`: `w` is the rate
+    window, so the recording group's series cover it."""
+
+    def __init__(self, ctx: Context, recorded: dict[str, str], w: str):
+        self.ctx, self.recorded, self.w = ctx, recorded, w
+        self.direct = w == ctx.window
+
+    def rec(self, key: str, extra: tuple[q.Matcher, ...] = ()) -> str:
+        return self.ctx.recorded(self.recorded[key], extra, models=False)
+
+    def raw_rate(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
+        return q.rate(self.ctx.raw(key, suffix, extra, models=False), self.w)
+
+    def finished(self) -> str:
+        """Finished requests of any reason (the per-token SLOs' traffic gate)."""
+        if self.direct:
+            return pick_recorded(self.ctx, self.rec("finished"))
+        return q.sum_by(self.ctx.group, pick(self.ctx, self.raw_rate("request_success")))
+
+    # --- success: the server did not fail ---------------------------------
+    def attempts(self) -> str:
+        ctx = self.ctx
+        if self.direct:
+            return pick_recorded(ctx, self.rec("attempted"))
+        finished = q.sum_by(ctx.group, pick(ctx, self.raw_rate("request_success")))
+        return " + ".join([finished, *liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)])
+
+    def failures(self, bad: tuple[str, ...]) -> str:
+        ctx, g = self.ctx, self.ctx.group
+        if self.direct and bad == liveness.failed_reasons(ctx):
+            return pick_recorded(ctx, self.rec("failed"))
+        reasons = (("finished_reason", "=~", q.any_of(bad)),)
+        if self.direct:
+            terms = [f"({q.sum_by(g, self.rec('finish_by_reason', reasons))} or {self.rec('attempted')} * 0)"]
+            terms = terms if bad else []
+            terms += [self.rec(k) for k in ("http_5xx", "rejected") if k in self.recorded]
+            return pick_recorded(ctx, " + ".join(terms))
+        finished = q.sum_by(g, pick(ctx, self.raw_rate("request_success")))
+        terms = liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)
+        if bad:
+            # V0 creates a finished_reason series only once seen: absent means 0
+            failed = q.sum_by(g, pick(ctx, self.raw_rate("request_success", extra=reasons)))
+            terms.insert(0, f"({failed} or {finished} * 0)")
+        return " + ".join(terms)
+
+    def _pick(self, vector: str) -> str:
+        return pick(self.ctx, vector)
+
+    # --- latency: good = observed within the threshold bucket ---------------
+    def observed(self, key: str) -> str:
+        ctx = self.ctx
+        buckets = self.recorded.get(f"{key}_buckets") if self.direct else None
+        if buckets:
+            return pick_recorded(ctx, q.sum_by(ctx.group, self.rec(f"{key}_buckets", (("le", "=", "+Inf"),))))
+        return q.sum_by(ctx.group, pick(ctx, self.raw_rate(key, "_count")))
+
+    def within(self, key: str, bound: float, requests: str) -> str:
+        """Requests (this SLO's base-window series, already the spec's models) minus good events;
+        matching on the grouping labels keeps the spec's models of the good side."""
+        ctx, g = self.ctx, self.ctx.group
+        le = (q.le_matcher(bound),)
+        buckets = self.recorded.get(f"{key}_buckets") if self.direct else None
+        if buckets:
+            good = q.sum_by(g, self.rec(f"{key}_buckets", le))
+        else:
+            good = self.raw_rate(key, "_bucket", le)
+            # summed over model_name, the other specs' models must go before the sum
+            good = q.sum_by(g, good if "model_name" in g else pick(ctx, good))
+        return f"({requests} - {q.on(g)} {good})"
