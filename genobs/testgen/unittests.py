@@ -101,6 +101,10 @@ class _Planner:
         for a in self.alerts:
             self.by_name.setdefault(a.name, []).append(a)
         self.recording = [r for g in groups for r in g.rules if isinstance(r, RecordingRule)]
+        # recorded name -> its rules: deps() looks one up per selector (a scan grew with rules x SLOs)
+        self.recorded_by_name: dict[str, list[RecordingRule]] = {}
+        for r in self.recording:
+            self.recorded_by_name.setdefault(r.record, []).append(r)
         ident = identity(ctx)
         assert ident is not None
         self.env = Env(ctx, ident, _minutes(ctx.window), discover_slos(ctx, groups), alerts=tuple(self.alerts))
@@ -115,7 +119,7 @@ class _Planner:
         while todo:
             for name, equal_items in _equal_selectors(todo.pop()):
                 equal = dict(equal_items)
-                rules = [r for r in self.recording if r.record == name]
+                rules = self.recorded_by_name.get(name, [])
                 if not rules:
                     out.add(name)
                 for i, r in enumerate(rules):
