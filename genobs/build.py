@@ -133,16 +133,23 @@ def write(
     return replace_dirs({root / out.name: out.files for out in outputs}, force=force, check=check)
 
 
-def check_jobs(target: Path, name: str | None = None) -> list[Callable[[], promtool.Result]]:
+def check_jobs(target: Path, name: str | None = None, split: bool = False) -> list[Callable[[], promtool.Result]]:
     """The checks of one output folder, each runnable on its own (`name`: the spec's name,
     when the folder is a copy under another name): one promtool check rules over every rule
     file, one promtool test rules per test file (so they can run in parallel), and the
-    PrometheusRule manifest's groups."""
+    PrometheusRule manifest's groups. `split` (a private copy only: it writes beside the
+    files): one promtool test rules per test group, over the rules it reads (testsplit)."""
+    from genobs import testsplit
+
     prometheus = target / "prometheus"
     rules = sorted(prometheus.glob("*.yaml"))
     jobs: list[Callable[[], promtool.Result]] = [lambda: promtool.check_rules(rules)]
     for test in sorted((prometheus / "tests").glob("*.yaml")):
-        jobs.append(lambda test=test: promtool.test_rules([test.relative_to(prometheus)], cwd=prometheus))
+        parts = testsplit.split_tests(prometheus, test.relative_to(prometheus), name or target.name) if split else None
+        if parts:  # one promtool for the groups of one test file: its start-up costs as much as a small group
+            jobs.append(lambda parts=parts: promtool.test_rules(parts))
+        else:
+            jobs.append(lambda test=test: promtool.test_rules([test.relative_to(prometheus)], cwd=prometheus))
     operator_rule = target / "kubernetes" / "prometheusrule.yaml"
     if operator_rule.is_file():
         jobs.append(lambda: check_prometheusrule(operator_rule, name or target.name))
@@ -174,7 +181,7 @@ class Checks:
             path = target / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        self._futures += [self._pool.submit(job) for job in check_jobs(target, out.name)]
+        self._futures += [self._pool.submit(job) for job in check_jobs(target, out.name, split=True)]
 
     def results(self) -> list[promtool.Result]:
         return [f.result() for f in self._futures]
