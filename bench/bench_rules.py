@@ -407,6 +407,35 @@ def top(r: Result, n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+SERIES_COST_METRIC = "vllm:time_to_first_token_seconds_bucket"
+
+
+def series_cost(raw_blocks: Path, work: Path, end: int, repeat: int) -> str:
+    """What one histogram's bucket read costs by window: an instant read (one sample per series)
+    and rate() over 1m to 10m read the same series, so the time left at "instant" is per series."""
+    data = work / "data"
+    shutil.copytree(raw_blocks, data, copy_function=os.link)
+    server = Server(data, work / "prometheus.log")
+    server.start()
+    sel = f'{SERIES_COST_METRIC}{{namespace="llm-prod",job="vllm-chat",model_name=~"{MODEL}"}}'
+    by = "sum by (model_name, namespace, job, le)"
+    queries = [("instant", f"{by} ({sel})")] + [(w, f"{by} (rate({sel}[{w}]))") for w in ("1m", "2m", "5m", "10m")]
+    lines = [f"### cost per series vs per sample: `{by} (rate({SERIES_COST_METRIC}{{...}}[w]))`", ""]
+    lines += ["| window | ms | samples | series | µs per series |", "|---|---|---|---|---|"]
+    try:
+        series = len(
+            json.load(urllib.request.urlopen(f"{server.url}/api/v1/series?match[]={urllib.parse.quote(sel)}"))["data"]
+        )
+        for window, expr in queries:
+            timed(server, expr, end - 1, 1)  # warm the caches as a rule evaluated every interval has
+            t, n = timed(server, expr, end - 1, repeat)
+            lines.append(f"| {window} | {t * 1000:.1f} | {n:,} | {series:,} | {t * 1e6 / max(series, 1):.1f} |")
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+    return "\n".join(lines) + "\n"
+
+
 def report(r: Result) -> str:
     lines = [f"## {r.label}, {r.pods} pods ({r.pods * synthetic_fleet.series_per_pod():,} series)", ""]
     lines.append(
@@ -453,6 +482,9 @@ def main() -> None:
     parser.add_argument("--no-before", action="store_true", help="measure only the working tree's rules")
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median time is reported")
     parser.add_argument("--top", type=int, default=0, help="also list the N most expensive rule expressions")
+    parser.add_argument(
+        "--series-cost", action="store_true", help="also time one histogram's bucket read at several windows"
+    )
     parser.add_argument("--keep", type=Path, help="keep the work files in this folder")
     args = parser.parse_args()
     variants = [variant_current()]
@@ -480,6 +512,8 @@ def main() -> None:
                 f"blocks in {time.monotonic() - t1:.0f} s",
                 flush=True,
             )
+            if args.series_cost:
+                print(series_cost(raw, work / "probe", end, args.repeat), flush=True)
             for i, variant in enumerate(variants):
                 result = run_variant(variant, raw, work / f"v{i}", pods, start, end, args.repeat)
                 print(report(result), flush=True)
