@@ -162,10 +162,24 @@ def _is_long(window: str, table: list[dict]) -> bool:
     return prom_duration_seconds(window) >= LONG_WINDOW_SECONDS and window not in paging
 
 
-def _derived(
-    own, base: str, w: str, tag: tuple, subjects: tuple[str, ...] = ("slo_requests", "slo_errors")
-) -> list[RecordingRule]:
-    """Request and error rates over window `w` from the recorded base-window rates.
+def _over(own, subject: str, base: str, w: str) -> tuple[str, float]:
+    """(k * avg_over_time(base rate[w - base]) + base rate now, k + 1): see _derived."""
+    k = (prom_duration_seconds(w) - prom_duration_seconds(base)) / prom_duration_seconds(base)
+    span = _duration(prom_duration_seconds(w) - prom_duration_seconds(base))
+    short = own(naming.record(subject, f"rate{base}"))
+    return f"{k:g} * avg_over_time({short}[{span}]) + {short}", k + 1
+
+
+def _derived_burn(own, base: str, w: str, budget: float) -> str:
+    """Burn rate over window `w` in one rule, from the recorded base-window errors and requests:
+    both are derived as in _derived, and their common 1 / (k + 1) cancels in the ratio."""
+    errors, _ = _over(own, "slo_errors", base, w)
+    requests, _ = _over(own, "slo_requests", base, w)
+    return f"{q.ratio(errors, requests)} / {budget:g}"
+
+
+def _derived(own, base: str, w: str, tag: tuple, subjects: tuple[str, ...]) -> list[RecordingRule]:
+    """Rates over window `w` (requests, for a traffic gate) from the recorded base-window rates.
 
     avg_over_time of the base rate over w - base covers w, but a base-window rate sees a
     change only gradually, so the newest base window is counted once more:
@@ -173,13 +187,10 @@ def _derived(
     In steady traffic this is the rate over w; after a step change it is never below the
     raw rate over w (the newest base window weighs between 1 and 2), so no alert on w fires
     later than on raw counters."""
-    k = (prom_duration_seconds(w) - prom_duration_seconds(base)) / prom_duration_seconds(base)
-    span = _duration(prom_duration_seconds(w) - prom_duration_seconds(base))
     out = []
     for subject in subjects:
-        short = own(naming.record(subject, f"rate{base}"))
-        expr = f"({k:g} * avg_over_time({short}[{span}]) + {short}) / {k + 1:g}"
-        out.append(RecordingRule(naming.record(subject, f"rate{w}"), expr, tag))
+        total, weight = _over(own, subject, base, w)
+        out.append(RecordingRule(naming.record(subject, f"rate{w}"), f"({total}) / {weight:g}", tag))
     return out
 
 
@@ -241,25 +252,23 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
             for w in sorted({row["long"] for row in table} - {base}, key=prom_duration_seconds):
                 out = long_rules if _is_long(w, table) else rules
                 out.extend(_derived(own, base, w, tag, ("slo_gate_requests",)))
+        # a request-rate rule only where a traffic gate reads it; every burn rate is one rule
+        gated = {row["long"] for row in table} - {base} if gate_subject == "slo_requests" else set()
+        requests, errors = (own(naming.record(x, f"rate{base}")) for x in ("slo_requests", "slo_errors"))
         for w in windows:
             out = long_rules if _is_long(w, table) else rules
             if w == base:
                 out.append(RecordingRule(naming.record("slo_requests", f"rate{w}"), base_totals, tag))
                 out.append(RecordingRule(naming.record("slo_errors", f"rate{w}"), base_errors, tag))
+                burn = f"{q.ratio(errors, requests)} / {budget:g}"
             else:
-                out.extend(_derived(own, base, w, tag))
-            ratio = q.ratio(
-                own(naming.record("slo_errors", f"rate{w}")), own(naming.record("slo_requests", f"rate{w}"))
-            )
-            out.append(RecordingRule(naming.record("slo_error", f"ratio_rate{w}"), ratio, tag))
-            burn = f"{own(naming.record('slo_error', f'ratio_rate{w}'))} / {budget:g}"
+                if w in gated:
+                    out.extend(_derived(own, base, w, tag, ("slo_requests",)))
+                burn = _derived_burn(own, base, w, budget)
             out.append(RecordingRule(naming.record("slo_burn_rate", f"rate{w}"), burn, tag))
-        period_ratio = q.ratio(
-            f"sum_over_time({own(naming.record('slo_errors', f'rate{base}'))}[{slo.period}])",
-            f"sum_over_time({own(naming.record('slo_requests', f'rate{base}'))}[{slo.period}])",
-        )
-        long_rules.append(RecordingRule(naming.record("slo_error", f"ratio_{slo.period}"), period_ratio, tag))
-        remaining = f"1 - {own(naming.record('slo_error', f'ratio_{slo.period}'))} / {budget:g}"
+        # budget remaining over the period: the period's errors over its requests, against the budget
+        period_ratio = q.ratio(f"sum_over_time({errors}[{slo.period}])", f"sum_over_time({requests}[{slo.period}])")
+        remaining = f"1 - {period_ratio} / {budget:g}"
         long_rules.append(RecordingRule(naming.record("slo_error_budget", f"remaining_{slo.period}"), remaining, tag))
 
         by_severity: dict[str, list[dict]] = {}

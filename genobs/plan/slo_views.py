@@ -88,8 +88,10 @@ def slo_row(ctx: Context, slo, objective: float, windows: list[str], table: list
     def s(name: str) -> str:
         return q.selector(name, matchers)
 
+    # the SLI is 1 - error ratio = 1 - burn rate x budget (the error ratio has no rule of its own)
+    budget = f"{1 - objective:g}"
     sli_targets = tuple(
-        Target(f"1 - {s(naming.record('slo_error', f'ratio_rate{w}'))}", f"{legend} SLI {w}".strip())
+        Target(f"1 - {s(naming.record('slo_burn_rate', f'rate{w}'))} * {budget}", f"{legend} SLI {w}".strip())
         for w in (windows[0], "1h")
         if w in windows
     )
