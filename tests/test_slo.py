@@ -255,3 +255,24 @@ def test_burn_rate_table_can_be_replaced_per_slo(tmp_path, promtool):
         text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_one_rule_per_window_and_request_rates_only_where_a_gate_reads_them():
+    """The shortest window records requests, errors and the burn rate; every longer window one
+    burn-rate rule; a request rate only at the long window of each alert pair (its traffic gate)."""
+    plan = build_plan(load_spec(CHAT))
+    by_slo: dict[str, list[str]] = {}
+    for r in plan.recording_rules:
+        if dict(r.labels).get("slo"):
+            by_slo.setdefault(dict(r.labels)["slo"], []).append(r.record)
+    windows = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+    burns = [f"genobs:slo_burn_rate:rate{w}" for w in windows]
+    base = ["genobs:slo_requests:rate5m", "genobs:slo_errors:rate5m"]
+    budget = ["genobs:slo_error_budget:remaining_30d"]
+    for slo, gate in (("first-token", "slo_requests"), ("availability", "slo_requests"), ("token-pace", "slo_gate_requests")):
+        gates = [f"genobs:{gate}:rate{w}" for w in ("1h", "6h", "1d", "3d")]
+        if gate != "slo_requests":
+            gates.append(f"genobs:{gate}:rate5m")  # the per-token SLO counts finished requests apart
+        assert sorted(by_slo[slo]) == sorted(base + burns + gates + budget), slo
+    # nothing else reads a per-window error ratio: every consumer reads the burn rate
+    assert not any("slo_error:" in r.record for r in plan.recording_rules)
