@@ -320,6 +320,16 @@ class _Planner:
             out.append(fallback)
         return out
 
+    def realize_all(self, cases: tuple[Case, ...], fleet: Fleet, at: int) -> list | None:
+        """realize() of every case, or None as soon as one does not fire exactly its severities."""
+        out = []
+        for case in cases:
+            found = self.realize(case, fleet, at)
+            if found is None:
+                return None
+            out.append(found)
+        return out
+
     def pack(self, cases: list[Case]) -> list[Pack]:
         """First fit, longest first: a case joins a pack if, with all faults combined, every case
         in it still fires exactly its severities with the same texts."""
@@ -334,11 +344,13 @@ class _Planner:
                 except ValueError:
                     continue
                 at = max(pack.minutes, case.minutes)
-                results = [self.realize(c, fleet, at) for c in (*pack.cases, case)]
-                if all(r is not None for r in results):
+                # the newcomer first, stopping at the first case that no longer fires as it must:
+                # most tries fail, and realizing every case of every pack tried grew with SLOs squared
+                results = self.realize_all((case, *pack.cases), fleet, at)
+                if results is not None:
                     pack.fleet, pack.minutes = fleet, at
                     pack.cases.append(case)
-                    pack.results = results  # type: ignore[assignment]
+                    pack.results = [*results[1:], results[0]]
                     break
             else:
                 fleet = case.probe.fault(self.env, self.env.healthy, case.param)
