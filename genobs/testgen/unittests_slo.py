@@ -12,7 +12,7 @@ import promql_parser
 from genobs import naming
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
-from genobs.testgen.unittests_fleet import Fleet, bounds, canonical, fleet_rate, observations
+from genobs.testgen.unittests_fleet import STEP_MINUTES, Fleet, bounds, canonical, fleet_rate, observations
 from genobs.testgen.unittests_probes import _COMPARE, Env, Probe, SloDef
 from genobs.units import prom_duration_seconds
 
@@ -131,8 +131,8 @@ def _read_slo(
 
 def slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tuple[float, float]:
     """(errors, requests) rates of an SLO over a window. Windows longer than the shortest derive
-    from the shortest window's recorded rate (slo._derived), sampled once a minute (the tests'
-    evaluation interval), both ends of the range included as in Prometheus 2.x.
+    from the shortest window's recorded rate (slo._derived), sampled at every evaluation step of the tests
+    (STEP_MINUTES apart), both ends of the range included as in Prometheus 2.x.
 
     Memoized per (SLO, fleet, minute, window): the probes ask for the same totals for every
     candidate fault, window and alert of an SLO, and a long window reads every minute of the
@@ -152,7 +152,9 @@ def _slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tu
     base = _minutes(slo.shortest)
     if window <= base:
         return _direct_totals(env, slo, fleet, at, window)
-    samples = [slo_totals(env, slo, fleet, m, base) for m in range(max(at - (window - base), 1), at + 1)]
+    # the recorded base-window rate has a sample at every evaluation step (STEP_MINUTES apart)
+    first = max(at - (window - base), 1)
+    samples = [slo_totals(env, slo, fleet, m, base) for m in range(first, at + 1) if m % STEP_MINUTES == 0]
     now = slo_totals(env, slo, fleet, at, base)
     k = (window - base) / base
     n = len(samples)
