@@ -138,22 +138,25 @@ def check_jobs(target: Path, name: str | None = None, split: bool = False) -> li
     when the folder is a copy under another name): one promtool check rules over every rule
     file, one promtool test rules per test file (so they can run in parallel), and the
     PrometheusRule manifest's groups. `split` (a private copy only: it writes beside the
-    files): one promtool test rules per test group, over the rules it reads (testsplit)."""
-    from genobs import testsplit
-
+    files): each test group over only the rules it reads (testsplit), all groups of a test
+    file in one promtool (its start-up costs as much as a small group)."""
     prometheus = target / "prometheus"
     rules = sorted(prometheus.glob("*.yaml"))
     jobs: list[Callable[[], promtool.Result]] = [lambda: promtool.check_rules(rules)]
     for test in sorted((prometheus / "tests").glob("*.yaml")):
-        parts = testsplit.split_tests(prometheus, test.relative_to(prometheus), name or target.name) if split else None
-        if parts:  # one promtool for the groups of one test file: its start-up costs as much as a small group
-            jobs.append(lambda parts=parts: promtool.test_rules(parts))
-        else:
-            jobs.append(lambda test=test: promtool.test_rules([test.relative_to(prometheus)], cwd=prometheus))
+        jobs.append(lambda test=test: _test_rules(prometheus, test.relative_to(prometheus), name or target.name, split))
     operator_rule = target / "kubernetes" / "prometheusrule.yaml"
     if operator_rule.is_file():
         jobs.append(lambda: check_prometheusrule(operator_rule, name or target.name))
     return jobs
+
+
+def _test_rules(prometheus: Path, test: Path, name: str, split: bool) -> promtool.Result:
+    """promtool test rules on one test file (split: done in the job, off the rendering thread)."""
+    from genobs import testsplit
+
+    parts = testsplit.split_tests(prometheus, test, name) if split else None
+    return promtool.test_rules(parts) if parts else promtool.test_rules([test], cwd=prometheus)
 
 
 def check(target: Path, name: str | None = None) -> list[promtool.Result]:

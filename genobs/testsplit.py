@@ -16,17 +16,18 @@ from pathlib import Path
 import yaml
 
 from genobs.promql import metric_names
-from genobs.writer import dump_yaml
+from genobs.writer import FAST_SAFE_LOADER, dump_yaml
 
 SPLIT = ".split"  # beside prometheus/ in the private copy: one folder per test group
 
 
-def _rule_groups(prometheus: Path, files: list[str]) -> dict[str, list[dict]]:
-    return {f: yaml.load((prometheus / "tests" / f).read_bytes(), Loader=_loader())["groups"] for f in files}
+def _load(path: Path):
+    return yaml.load(path.read_bytes(), Loader=FAST_SAFE_LOADER)  # noqa: S506
 
 
-def _loader():
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _rule_groups(folder: Path, files: list[str]) -> dict[str, list[dict]]:
+    """Each rule file's groups; promtool resolves rule_files from the test file's folder."""
+    return {f: _load(folder / f)["groups"] for f in files}
 
 
 def _closure(exprs: list[str], recorded: dict[str, list[str]]) -> set[str]:
@@ -46,11 +47,11 @@ def split_tests(prometheus: Path, test: Path, spec_name: str) -> list[Path] | No
     and the rule files cut down to what it reads; the test files to run, each relative to its
     own folder's prometheus/ (as promtool is run: cwd = <folder>/prometheus). None when the
     test cannot be split safely (a rule reads ALERTS, or a file is not what genobs writes)."""
-    doc = yaml.load((prometheus / test).read_bytes(), Loader=_loader())
+    doc = _load(prometheus / test)
     files = doc.get("rule_files") or []
     if not all(isinstance(f, str) and f.startswith("../") and "/" not in f[3:] for f in files):
         return None
-    groups = _rule_groups(prometheus, files)
+    groups = _rule_groups((prometheus / test).parent, files)
     recorded: dict[str, list[str]] = {}
     alerts: dict[str, list[str]] = {}
     for rules in groups.values():

@@ -20,6 +20,8 @@ from genobs.swap import locked, new_folder, recover, remove, swap, unswap
 # breaks NEL, LS, PS, trailing blank lines and empty or multi-line mapping keys; data holding
 # any of those goes through the pure-Python emitter (tests/test_build.py compares both).
 _Base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# and libyaml's parser for files genobs wrote or ships (trusted, plain YAML)
+FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _PURE_ONLY = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\U00010000-\U0010ffff]")
 
 

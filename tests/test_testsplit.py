@@ -86,12 +86,12 @@ def test_a_rule_reading_alerts_is_not_split(tmp_path: Path):
     assert testsplit.split_tests(prometheus, Path("tests/t.yaml"), "x") is None
 
 
-def test_split_check_runs_on_the_private_copy_only(tmp_path: Path):
+def test_split_check_runs_on_the_private_copy_only(tmp_path: Path, promtool: str):
     """check_jobs(split=True) writes beside the files it checks: only the build's copy uses it."""
     target = _write(render_spec(next(p for p in SPECS if p.stem == "chat")), tmp_path)
     copy = tmp_path / "copy"
     shutil.copytree(target, copy)
-    check_jobs(copy, "chat", split=True)
+    assert all(job().ok for job in check_jobs(copy, "chat", split=True))
     assert (copy / testsplit.SPLIT).is_dir()
-    check_jobs(target, "chat")
+    assert all(job().ok for job in check_jobs(target, "chat"))
     assert not (target / testsplit.SPLIT).exists()

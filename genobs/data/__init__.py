@@ -15,5 +15,6 @@ def load(name: str) -> Any:
     data as the pure-Python one, tests/test_data_files.py), about 10x faster."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(resources.files(__name__).joinpath(name).read_bytes(), Loader=loader)  # noqa: S506
+    from genobs.writer import FAST_SAFE_LOADER
+
+    return yaml.load(resources.files(__name__).joinpath(name).read_bytes(), Loader=FAST_SAFE_LOADER)  # noqa: S506
