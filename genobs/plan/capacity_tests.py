@@ -18,12 +18,19 @@ from genobs.plan.capacity import P99, CapacityPlan
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RuleGroup
 from genobs.testgen.humanize import expand
-from genobs.testgen.unittests_fleet import EVALUATION_STEP, INPUT_INTERVAL, Identity, identity, on_step, per_minute
+from genobs.testgen.unittests_fleet import (
+    EVALUATION_STEP,
+    INPUT_INTERVAL,
+    MARGIN_MINUTES,
+    Identity,
+    identity,
+    on_step,
+    per_minute,
+)
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
 
 FB_TOTAL = 81559  # MiB of framebuffer an H100 80GB reports (used + free)
 POD = "vllm-0"  # the vLLM pod of the simulated fleet; its two GPUs are DCGM's gpu 0 and 1
-MARGIN = 3  # minutes past the rate window and `for`
 
 
 @dataclass(frozen=True)
@@ -222,7 +229,8 @@ def build_capacity_tests(
             kept = [k for k in ctx.group if k == "model_name" or k in dict(ctx.selector)]
             fault_labels = {k: labels[k] for k in kept}
         faults.append(("VllmGoodputBelowObjective", fault, good / finished, fault_labels))
-    minutes = on_step(max([window + _minutes(alerts[name].for_) + MARGIN for name, *_ in faults] or [window + MARGIN]))
+    longest = max([_minutes(alerts[name].for_) for name, *_ in faults] or [0])
+    minutes = on_step(window + longest + MARGIN_MINUTES)
     gen = _Gen(ctx, cap, ident, minutes)
     tests: list[dict] = []
     healthy_group: dict = {
@@ -247,7 +255,7 @@ def build_capacity_tests(
     tests.append(healthy_group)
     for name, state, value, fault_labels in faults:
         rule = alerts[name]
-        at = on_step(window + _minutes(rule.for_) + MARGIN)
+        at = on_step(window + _minutes(rule.for_) + MARGIN_MINUTES)
         cases = []
         if _minutes(rule.for_) >= 2:  # still pending just before `for` has passed
             cases.append({"eval_time": f"{_minutes(rule.for_) - 1}m", "alertname": name, "exp_alerts": []})
@@ -263,7 +271,7 @@ def build_capacity_tests(
     if "VllmGpuSaturated" in alerts and gpu is not None:
         # busy GPUs with a short queue are good economics, not saturation
         busy = replace(healthy, gpu_util=95, waiting=math.floor(gpu.waiting_per_replica))
-        at = on_step(_minutes(alerts["VllmGpuSaturated"].for_) + MARGIN)
+        at = on_step(_minutes(alerts["VllmGpuSaturated"].for_) + MARGIN_MINUTES)
         tests.append(
             {
                 "name": "capacity: GPUs at 95% with a short queue, VllmGpuSaturated silent",
@@ -274,7 +282,7 @@ def build_capacity_tests(
         )
     if "VllmAutoscalerAtMaxReplicas" in alerts and auto is not None and auto.max_replicas >= 2:
         below = replace(healthy, waiting_growth=1, hpa=(auto.max_replicas - 1, auto.max_replicas))
-        at = on_step(window + _minutes(alerts["VllmAutoscalerAtMaxReplicas"].for_) + MARGIN)
+        at = on_step(window + _minutes(alerts["VllmAutoscalerAtMaxReplicas"].for_) + MARGIN_MINUTES)
         tests.append(
             {
                 "name": "capacity: the queue grows below the autoscaler's maximum, VllmAutoscalerAtMaxReplicas silent",

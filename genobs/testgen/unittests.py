@@ -23,6 +23,7 @@ from genobs.testgen.humanize import expand
 from genobs.testgen.unittests_fleet import (
     EVALUATION_STEP,
     INPUT_INTERVAL,
+    MARGIN_MINUTES,
     Fleet,
     identity,
     input_series,
@@ -41,7 +42,6 @@ from genobs.testgen.unittests_probes import (
 from genobs.testgen.unittests_slo import burn_rate, discover_slos, selectors, slo_fires, slo_probe, unavailable_probe
 from genobs.units import prom_duration_seconds
 
-MARGIN_MINUTES = 3  # evaluation time past the rate window plus `for`
 SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
 
 
@@ -100,10 +100,9 @@ class _Planner:
         self.by_name: dict[str, list[AlertRule]] = {}
         for a in self.alerts:
             self.by_name.setdefault(a.name, []).append(a)
-        self.recording = [r for g in groups for r in g.rules if isinstance(r, RecordingRule)]
         # recorded name -> its rules: deps() looks one up per selector (a scan grew with rules x SLOs)
         self.recorded_by_name: dict[str, list[RecordingRule]] = {}
-        for r in self.recording:
+        for r in (r for g in groups for r in g.rules if isinstance(r, RecordingRule)):
             self.recorded_by_name.setdefault(r.record, []).append(r)
         ident = identity(ctx)
         assert ident is not None

@@ -28,6 +28,7 @@ from genobs.plan.context import Context
 INPUT_INTERVAL = "1m"
 EVALUATION_STEP = "2m"
 STEP_MINUTES = 2
+MARGIN_MINUTES = STEP_MINUTES + 1  # evaluation time past the rate window plus `for` (see above)
 
 
 def on_step(minutes: int) -> int:
