@@ -25,8 +25,15 @@ def group(spec_name: str, part: str) -> str:
 
 def rule_file(spec_name: str, group_name: str) -> str:
     """Rule group genobs-<spec>-<part> is written to <part>.rules.yaml; a slower companion
-    group genobs-<spec>-<part>-long (long SLO windows) shares its file."""
-    return f"{group_name.removeprefix(group(spec_name, '')).removesuffix('-long')}.rules.yaml"
+    group shares its file: genobs-<spec>-slo-long (long SLO windows), genobs-<spec>-recording-panels
+    (what only dashboard panels read)."""
+    part = group_name.removeprefix(group(spec_name, ""))
+    for suffix in COMPANIONS:
+        part = part.removesuffix(suffix)
+    return f"{part}.rules.yaml"
+
+
+COMPANIONS = ("-long", "-panels")
 
 
 def anchor(title: str) -> str:

@@ -86,3 +86,21 @@ def metric_names(expr: str) -> frozenset[str]:
 
     promql_parser.walk(tree, visit)
     return frozenset(names)
+
+
+@functools.lru_cache(maxsize=8192)
+def equal_selectors(expr: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """(name, equality matchers) of every selector of an expression: following recording rules
+    to their inputs asks for the same rule expressions hundreds of times."""
+    import promql_parser
+
+    eq = promql_parser.MatchOp.Equal
+    found: list = []
+
+    def visit(node: object) -> bool:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append(node)
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return tuple((sel.name, tuple((m.name, m.value) for m in sel.matchers.matchers if m.op == eq)) for sel in found)

@@ -17,6 +17,7 @@ from genobs.plan.annotations import build_annotations
 from genobs.plan.confirm import confirm_queries
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row, threshold_steps
+from genobs.plan.groups import panels_interval, split_recording
 from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry
 from genobs.plan.recording import build_recording
@@ -268,16 +269,19 @@ def build_plan(doc: SpecDocument) -> Plan:
     base_url = spec.runbook.base_url or "RUNBOOK.md"
     alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(resolved)
     slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names)
-    groups = (
-        RuleGroup(naming.group(spec.name, "recording"), spec.evaluation_interval, tuple(rec.rules)),
-        RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),
-    )
+    cap = capacity.build(doc, ctx, rec, base_url, spec.team)
+    readers = (*alerts, *slos.rules, *slos.long_rules, *(cap.rules if cap else ()))
+    fast, panels = split_recording(tuple(rec.rules), readers)
+    groups = (RuleGroup(naming.group(spec.name, "recording"), spec.evaluation_interval, fast),)
+    if panels:
+        interval = panels_interval(spec.evaluation_interval)
+        groups += (RuleGroup(naming.group(spec.name, "recording-panels"), interval, panels),)
+    groups += (RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),)
     if slos.rules:
         groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
     if slos.long_rules:
         interval = slo.long_interval(spec.evaluation_interval)
         groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, slos.long_rules),)
-    cap = capacity.build(doc, ctx, rec, base_url, spec.team)
     preset = preset_data()[spec.use_case]
     title = spec.dashboard.title or f"vLLM - {spec.name}"
     dashboard = Dashboard(

@@ -65,8 +65,6 @@ def _requests(r: Recorder) -> None:
     # V0 creates a finished_reason series only once it is seen: fall back to 0
     r.add("succeeded", "requests_succeeded", "rate", f"{stop} or ({r.ref('finished')} * 0)")
     r.add("unsuccessful", "requests_unsuccessful", "rate", f"{r.ref('finished')} - {r.ref('succeeded')}")
-    # the share of natural (stop) finishes: a dashboard view; the success ratio is in liveness
-    r.add("stop_ratio", "request_stop_finish", "ratio", q.ratio(r.ref("succeeded"), r.ref("finished")))
     liveness.record_failures(r)
     for reason, key in (("length", "length_ratio"), ("abort", "abort_ratio")):
         num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
@@ -112,7 +110,10 @@ def _histogram(r: Recorder, name: str, key: str, subject: str, extra: tuple[q.Ma
             )
         )
     r.names[f"{name}_quantile"] = ctx.rec(subject, "quantile")
-    r.add(f"{name}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum", extra), r.count(name)))
+    # from _sum and _count, not the recorded +Inf bucket: a mean an alert reads (1 / mean TPOT is
+    # the output speed) then does not hold the whole bucket rate at the alerts' pace
+    mean = q.ratio(ctx.sum_rate(key, "_sum", extra), ctx.sum_rate(key, "_count", extra))
+    r.add(f"{name}_mean", subject, "mean", mean)
 
 
 def _replica_ttft(r: Recorder) -> None:

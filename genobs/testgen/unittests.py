@@ -7,11 +7,8 @@ evaluates the rules once for all of them."""
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field, replace
-
-import promql_parser
 
 from genobs import naming
 from genobs import promql as q
@@ -39,7 +36,7 @@ from genobs.testgen.unittests_probes import (
     success_value,
     threshold,
 )
-from genobs.testgen.unittests_slo import burn_rate, discover_slos, selectors, slo_fires, slo_probe, unavailable_probe
+from genobs.testgen.unittests_slo import burn_rate, discover_slos, slo_fires, slo_probe, unavailable_probe
 from genobs.units import prom_duration_seconds
 
 SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
@@ -47,17 +44,6 @@ SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
 
 def _minutes(duration: str) -> int:
     return math.ceil(prom_duration_seconds(duration) / 60) if duration else 0
-
-
-@functools.lru_cache(maxsize=8192)
-def _equal_selectors(expr: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
-    """(name, equality matchers) of every selector of an expression: a plan asks for the same
-    rule expressions hundreds of times while following dependencies."""
-    eq = promql_parser.MatchOp.Equal
-    return tuple(
-        (sel.name, tuple((m.name, m.value) for m in sel.matchers.matchers if m.op == eq))
-        for sel in selectors(promql_parser.parse(expr))
-    )
 
 
 def _sample_text(name: str, labels: dict[str, str]) -> str:
@@ -116,7 +102,7 @@ class _Planner:
         out: set[str] = set()
         todo, seen = list(exprs), set()
         while todo:
-            for name, equal_items in _equal_selectors(todo.pop()):
+            for name, equal_items in q.equal_selectors(todo.pop()):
                 equal = dict(equal_items)
                 rules = self.recorded_by_name.get(name, [])
                 if not rules:
