@@ -353,6 +353,22 @@ class Result:
     backfill_s: float
     rss_mib: float
     measured: list[Measured] = field(default_factory=list)
+    floor: tuple[float, int, float, int] = (0.0, 0, 0.0, 0)  # interval, raw series, ms, metric names
+
+
+def raw_floor(server: Server, variant: Variant, at: float, repeat: int) -> tuple[float, int, float, int]:
+    """What the fastest groups cannot go below: every exported series they read, each touched once
+    by one instant `count()` (a rate() over the same series costs the same: --series-cost). The
+    interval of those groups, the series, the ms and the number of metric names."""
+    from genobs.promql import metric_names
+
+    fastest = min(r.interval for r in variant.rules)
+    records = {r.name for r in variant.rules if r.recording}
+    names = sorted({n for r in variant.rules if r.interval == fastest for n in metric_names(r.expr)} - records)
+    sel = f'{{__name__=~"{"|".join(names)}",namespace="llm-prod",job="vllm-chat"}}'
+    timed(server, f"count({sel})", at, 1)  # warm, as a rule evaluated every interval is
+    t, n = timed(server, f"count({sel})", at, repeat)
+    return fastest, n, t * 1000, len(names)
 
 
 def run_variant(variant: Variant, raw_blocks: Path, work: Path, pods: int, start: int, end: int, repeat: int) -> Result:
@@ -368,6 +384,7 @@ def run_variant(variant: Variant, raw_blocks: Path, work: Path, pods: int, start
         history = {"raw": at - start, **{n: at - rec_start for n in records}}
         measured = measure(server, variant, at, history, repeat)
         window = (at - DASHBOARD_RANGE, at, DASHBOARD_STEP)
+        floor = raw_floor(server, variant, at, repeat)
         ours = [timed(server, q, at, repeat, window) for q in dashboard_queries(variant.dashboard)]
         theirs = [timed(server, q, at, repeat, window) for q in official_dashboard()]
         rss = server.rss_mib()
@@ -387,7 +404,7 @@ def run_variant(variant: Variant, raw_blocks: Path, work: Path, pods: int, start
             )
         )
     total = lambda xs: (sum(t for t, _ in xs) * 1000, sum(n for _, n in xs))  # noqa: E731
-    return Result(variant.label, pods, groups, total(ours), total(theirs), spent, rss, measured)
+    return Result(variant.label, pods, groups, total(ours), total(theirs), spent, rss, measured, floor)
 
 
 def top(r: Result, n: int) -> str:
@@ -467,6 +484,9 @@ def report(r: Result) -> str:
         "(full windows)",
         f"- genobs dashboard, one refresh (last 30m): {r.dashboard[0]:.1f} ms, {r.dashboard[1]:,} samples "
         f"= 1/{off_n / max(r.dashboard[1], 1):,.0f} of the official refresh in samples",
+        f"- floor of the {r.floor[0]:g}s groups: the {r.floor[1]:,} exported series of the {r.floor[3]} metrics they "
+        f"read, each touched once (one instant count()): {r.floor[2]:.1f} ms = {r.floor[2] / (r.floor[0] * 10):.2f} % "
+        "of their interval",
         f"- backfill of the recorded series: {r.backfill_s:.0f} s; Prometheus RSS after the run: {r.rss_mib:,.0f} MiB",
         "",
     ]
