@@ -268,7 +268,8 @@ def test_one_rule_per_window_and_request_rates_only_where_a_gate_reads_them():
     windows = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
     burns = [f"genobs:slo_burn_rate:rate{w}" for w in windows]
     base = ["genobs:slo_requests:rate5m", "genobs:slo_errors:rate5m"]
-    budget = ["genobs:slo_error_budget:remaining_30d"]
+    # the period's budget, from the long group's 2m means of the base-window rates
+    budget = ["genobs:slo_error_budget:remaining_30d", "genobs:slo_errors:rate5m_avg2m", "genobs:slo_requests:rate5m_avg2m"]
     for slo, gate in (("first-token", "slo_requests"), ("availability", "slo_requests"), ("token-pace", "slo_gate_requests")):
         gates = [f"genobs:{gate}:rate{w}" for w in ("1h", "6h", "1d", "3d")]
         if gate != "slo_requests":
@@ -276,3 +277,38 @@ def test_one_rule_per_window_and_request_rates_only_where_a_gate_reads_them():
         assert sorted(by_slo[slo]) == sorted(base + burns + gates + budget), slo
     # nothing else reads a per-window error ratio: every consumer reads the burn rate
     assert not any("slo_error:" in r.record for r in plan.recording_rules)
+
+
+def test_error_budget_remaining_sums_every_base_sample_from_fewer(tmp_path, promtool):
+    """The period's budget is read from the long group's means of the base-window rates: it must
+    agree with the period's errors over its requests summed from every recorded 5m sample.
+    1 req/s per engine, 1 % error finishes for 30 of 150 minutes: 0.2 % of the period's requests
+    failed, 0.4 of a 99.5 % budget, 0.6 left."""
+    inputs = [series(e, "stop", "0+60x60 3624+59.4x30 5406+60x60") for e in ("0", "1")]
+    inputs += [series(e, "error", "0+0x60 0+0.6x30 18+0x60") for e in ("0", "1")]
+    sel = '{job="vllm-chat",model_name="gpt-oss-120b",namespace="llm-prod",slo="availability",spec="chat"}'
+    direct = (
+        f"(1 - sum_over_time(genobs:slo_errors:rate5m{sel}[30d]) / sum_over_time(genobs:slo_requests:rate5m{sel}[30d])"
+        " / 0.005)"
+    )
+    labels = '{job="vllm-chat",model_name="gpt-oss-120b",namespace="llm-prod",slo="availability",spec="chat"}'
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": inputs,
+            "promql_expr_test": [
+                {
+                    "expr": f"abs(genobs:slo_error_budget:remaining_30d{sel} - {direct}) < bool 0.01",
+                    "eval_time": "150m",
+                    "exp_samples": [{"labels": labels, "value": 1}],
+                },
+                {
+                    "expr": f"abs(genobs:slo_error_budget:remaining_30d{sel} - 0.6) < bool 0.05",
+                    "eval_time": "150m",
+                    "exp_samples": [{"labels": labels, "value": 1}],
+                },
+            ],
+        }
+    ]
+    proc = run_promtool(tmp_path, promtool, tests)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

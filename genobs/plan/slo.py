@@ -194,6 +194,22 @@ def _derived(own, base: str, w: str, tag: tuple, subjects: tuple[str, ...]) -> l
     return out
 
 
+def _period_budget(own, base: str, period: str, budget: float, step: str, tag: tuple) -> list[RecordingRule]:
+    """The budget left over the SLO period. Each evaluation of the long-window group (every
+    `step`) records the mean of the base-window rates recorded since the last one; the period's
+    error ratio is the sum of those means over the period, errors over requests. Those means
+    tile the base-window samples exactly (a `step` window holds step / evaluation interval of
+    them), so the ratio is the one a sum over every base-window sample gives, from 4x fewer
+    samples (a 30d period: 21,600 instead of 86,400 per series and side)."""
+    rules, sums = [], []
+    for subject in ("slo_errors", "slo_requests"):
+        mean = naming.record(subject, f"rate{base}_avg{step}")
+        rules.append(RecordingRule(mean, f"avg_over_time({own(naming.record(subject, f'rate{base}'))}[{step}])", tag))
+        sums.append(f"sum_over_time({own(mean)}[{period}])")
+    remaining = f"1 - {q.ratio(*sums)} / {budget:g}"
+    return [*rules, RecordingRule(naming.record("slo_error_budget", f"remaining_{period}"), remaining, tag)]
+
+
 def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dict[str, str]) -> SloPlan:
     """`recorded`: the recording group's signal key -> recorded name (over the rate window).
 
@@ -214,6 +230,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
     runbook: list[dict] = []
     g = ctx.group
     labels_text = labels_template(g)
+    step = long_interval(doc.spec.evaluation_interval)
     marker = marker_rule(ctx) if doc.spec.slos else None
     if marker is not None:
         rules.append(marker)  # first in the group: the base rules below read it in the same evaluation
@@ -267,9 +284,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
                 burn = _derived_burn(own, base, w, budget)
             out.append(RecordingRule(naming.record("slo_burn_rate", f"rate{w}"), burn, tag))
         # budget remaining over the period: the period's errors over its requests, against the budget
-        period_ratio = q.ratio(f"sum_over_time({errors}[{slo.period}])", f"sum_over_time({requests}[{slo.period}])")
-        remaining = f"1 - {period_ratio} / {budget:g}"
-        long_rules.append(RecordingRule(naming.record("slo_error_budget", f"remaining_{slo.period}"), remaining, tag))
+        long_rules.extend(_period_budget(own, base, slo.period, budget, step, tag))
 
         by_severity: dict[str, list[dict]] = {}
         for row in table:
