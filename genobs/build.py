@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from genobs import promtool
 from genobs.errors import Problem, SpecError
 from genobs.loader import load_spec
 from genobs.writer import MARKER, dump_json, dump_yaml, marker, replace_dirs
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,9 @@ class Output:
     spec_file: str
     files: dict[str, bytes]
     warnings: tuple[str, ...] = ()
+    # the data behind the YAML rule and test files (same keys as `files`): the check stage
+    # splits the tests from it instead of parsing the bytes back
+    documents: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
 
 def spec_files(paths: list[Path]) -> list[Path]:
@@ -45,10 +52,10 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
 
     doc, plan = load_plan(path)
     files: dict[str, bytes] = {}
-    for name, data in render_rule_files(plan).items():
+    documents: dict[str, object] = {}
+    for name, data in [*render_rule_files(plan).items(), *((f"tests/{n}", d) for n, d in plan.unit_tests)]:
         files[f"prometheus/{name}"] = dump_yaml(data, plan.name)
-    for name, data in plan.unit_tests:
-        files[f"prometheus/tests/{name}"] = dump_yaml(data, plan.name)
+        documents[f"prometheus/{name}"] = data
     files["alertmanager/inhibit-rules.yaml"] = dump_yaml({"inhibit_rules": list(plan.inhibit_rules)}, plan.name)
     files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
     files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
@@ -65,7 +72,7 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
 
             for rel, data in autoscaling_files(doc.spec, lambda d: dump_yaml(d, plan.name)).items():
                 files[f"kubernetes/{rel}"] = data
-    return Output(plan.name, str(path), files, plan.warnings)
+    return Output(plan.name, str(path), files, plan.warnings, documents)
 
 
 def render_all(
@@ -133,30 +140,51 @@ def write(
     return replace_dirs({root / out.name: out.files for out in outputs}, force=force, check=check)
 
 
-def check_jobs(target: Path, name: str | None = None, split: bool = False) -> list[Callable[[], promtool.Result]]:
+@dataclass(frozen=True)
+class Job:
+    """One promtool run of the check stage. `cost`: a relative estimate of its CPU time; the
+    longest runs start first, so the cores finish together instead of one long run last."""
+
+    run: Callable[[], promtool.Result]
+    cost: float = 1.0
+
+    def __call__(self) -> promtool.Result:
+        return self.run()
+
+
+def check_jobs(
+    target: Path, name: str | None = None, split: bool = False, documents: dict[str, object] | None = None
+) -> list[Job]:
     """The checks of one output folder, each runnable on its own (`name`: the spec's name,
     when the folder is a copy under another name): one promtool check rules over every rule
-    file, one promtool test rules per test file (so they can run in parallel), and the
+    file, promtool test rules per test file (runs that can go in parallel), and the
     PrometheusRule manifest's groups. `split` (a private copy only: it writes beside the
-    files): each test group over only the rules it reads (testsplit), all groups of a test
-    file in one promtool (its start-up costs as much as a small group)."""
-    prometheus = target / "prometheus"
-    rules = sorted(prometheus.glob("*.yaml"))
-    jobs: list[Callable[[], promtool.Result]] = [lambda: promtool.check_rules(rules)]
-    for test in sorted((prometheus / "tests").glob("*.yaml")):
-        jobs.append(lambda test=test: _test_rules(prometheus, test.relative_to(prometheus), name or target.name, split))
-    operator_rule = target / "kubernetes" / "prometheusrule.yaml"
-    if operator_rule.is_file():
-        jobs.append(lambda: check_prometheusrule(operator_rule, name or target.name))
-    return jobs
-
-
-def _test_rules(prometheus: Path, test: Path, name: str, split: bool) -> promtool.Result:
-    """promtool test rules on one test file (split: done in the job, off the rendering thread)."""
+    files): each test group over only the rules it reads (testsplit, done here, so each
+    run's cost is known before it is queued), the groups of all test files in a few promtool
+    runs of about equal cost (testsplit.chunks: a start-up costs as much as a small group)."""
     from genobs import testsplit
 
-    parts = testsplit.split_tests(prometheus, test, name) if split else None
-    return promtool.test_rules(parts) if parts else promtool.test_rules([test], cwd=prometheus)
+    prometheus = target / "prometheus"
+    rules = sorted(prometheus.glob("*.yaml"))
+    # a lint pass over the rules (units of testsplit.Part.cost: about 50 ms)
+    jobs = [Job(lambda: promtool.check_rules(rules), cost=170.0)]
+    cache: dict[Path, object] = {(target / rel).resolve(): data for rel, data in (documents or {}).items()}
+    parts: list[testsplit.Part] = []
+    for test in sorted((prometheus / "tests").glob("*.yaml")):
+        rel = test.relative_to(prometheus)
+        split_parts = testsplit.split_parts(prometheus, rel, name or target.name, cache) if split else None
+        if split_parts:
+            parts += split_parts
+        else:
+            cost = test.stat().st_size / 16  # a whole test file runs about 0.3 ms per 16 bytes
+            jobs.append(Job(lambda rel=rel: promtool.test_rules([rel], cwd=prometheus), cost=cost))
+    for run in testsplit.chunks(parts):
+        paths = [p.path for p in run]
+        jobs.append(Job(lambda paths=paths: promtool.test_rules(paths), cost=sum(p.cost for p in run) + 70))
+    operator_rule = target / "kubernetes" / "prometheusrule.yaml"
+    if operator_rule.is_file():
+        jobs.append(Job(lambda: check_prometheusrule(operator_rule, name or target.name), cost=170.0))
+    return jobs
 
 
 def check(target: Path, name: str | None = None) -> list[promtool.Result]:
@@ -167,16 +195,39 @@ def check(target: Path, name: str | None = None) -> list[promtool.Result]:
 class Checks:
     """promtool on every output as soon as it is rendered, in parallel (one process per core),
     on a private copy of its files in a temporary folder: the bytes that will be swapped in,
-    checked while later specs still render. Results come back in submission order."""
+    checked while later specs still render. Queued runs start longest first (`Job.cost`).
+    Results come back in submission order."""
 
     def __init__(self, workers: int | None = None):
         import os
         import tempfile
-        from concurrent.futures import ThreadPoolExecutor
+        import threading
 
         self._tmp = tempfile.TemporaryDirectory(prefix="genobs-check-")
-        self._pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2)
-        self._futures: list = []
+        self._queue: list[tuple[float, int, Job, Future]] = []  # a heap: most expensive first
+        self._ready = threading.Condition()
+        self._closed = False
+        self._futures: list[Future] = []
+        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers or os.cpu_count() or 2)]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        import heapq
+
+        while True:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._ready.wait()
+                if not self._queue:
+                    return
+                _, _, job, future = heapq.heappop(self._queue)
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(job())
+            except BaseException as exc:  # re-raised by results(), in the caller's thread
+                future.set_exception(exc)
 
     def submit(self, out: Output) -> None:
         target = Path(self._tmp.name) / out.name
@@ -184,15 +235,32 @@ class Checks:
             path = target / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        self._futures += [self._pool.submit(job) for job in check_jobs(target, out.name, split=True)]
+        self.enqueue(check_jobs(target, out.name, split=True, documents=out.documents))
+
+    def enqueue(self, jobs: list[Job]) -> None:
+        """Queue runs; a free worker takes the most expensive queued run first."""
+        import heapq
+        from concurrent.futures import Future
+
+        with self._ready:
+            for job in jobs:
+                future: Future = Future()
+                heapq.heappush(self._queue, (-job.cost, len(self._futures), job, future))
+                self._futures.append(future)
+            self._ready.notify_all()
 
     def results(self) -> list[promtool.Result]:
         return [f.result() for f in self._futures]
 
     def close(self) -> None:
-        for f in self._futures:
-            f.cancel()
-        self._pool.shutdown(wait=True)
+        with self._ready:
+            for _, _, _, future in self._queue:
+                future.cancel()
+            self._queue.clear()
+            self._closed = True
+            self._ready.notify_all()
+        for t in self._threads:
+            t.join()
         self._tmp.cleanup()
 
     def __enter__(self) -> Checks:
