@@ -316,3 +316,17 @@ def test_humanize_agrees_with_promtool(tmp_path: Path, promtool: str):
     (tmp_path / "tests" / "h.yaml").write_text(yaml.safe_dump(doc))
     proc = promtool_test(promtool, tmp_path, ["h.yaml"])
     assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+def test_bucket_bounds_are_written_as_the_python_client_writes_them():
+    """unittests_fleet.floatToGoString is a copy of prometheus_client's (not imported by the
+    build, for speed): the input series' `le` must stay what vLLM's client exports."""
+    from prometheus_client.utils import floatToGoString as client
+
+    from genobs.testgen.unittests_fleet import floatToGoString
+
+    values = [0.0, 0.001, 0.005, 0.3, 1, 2.5, 10, 1e-05, 123456.0, 1234567.0, 1e7, 2.5e8, 1.5e300, 7e-300]
+    values += [math.inf, -math.inf, math.nan, -1.5, -2e7]
+    values += [b * 10.0**e for b in (1, 1.5, 2, 2.5, 5, 7.5) for e in range(-4, 12)]
+    for v in values:
+        assert floatToGoString(v) == client(v), v

@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from prometheus_client.utils import floatToGoString
-
 from genobs import naming
 from genobs import promql as q
 from genobs.plan import capacity_gpu
@@ -23,6 +21,7 @@ from genobs.testgen.unittests_fleet import (
     INPUT_INTERVAL,
     MARGIN_MINUTES,
     Identity,
+    floatToGoString,
     identity,
     on_step,
     per_minute,

@@ -10,10 +10,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from prometheus_client.utils import floatToGoString
-
 from genobs import promql as q
 from genobs.plan.context import Context
+
+
+def floatToGoString(d: float) -> str:  # noqa: N802 (prometheus_client's name)
+    """A bucket bound as the Python client vLLM uses writes it in `le` (prometheus_client
+    0.26's utils.floatToGoString, copied: importing prometheus_client starts its whole HTTP
+    exposition stack, a tenth of the build's own time; tests/test_unittests.py compares)."""
+    d = float(d)
+    if d == math.inf:
+        return "+Inf"
+    if d == -math.inf:
+        return "-Inf"
+    if math.isnan(d):
+        return "NaN"
+    s = repr(d)
+    dot = s.find(".")
+    # Go switches to exponents sooner than Python (only positive values matter for le)
+    if d > 0 and dot > 6:
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1:]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
 
 # Fleet-wide rates: round numbers that split evenly over two data-parallel ranks.
 # Values compared to the last digit avoid sums whose rounding depends on the order

@@ -4,6 +4,7 @@ error budget and the burn rates Prometheus then computes."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -236,8 +237,10 @@ def unavailable_probe(slo: SloDef) -> Probe:
     )
 
 
-def branches(expr: str) -> list[list[tuple[str, str, float]]]:
-    """An alert expression as OR of AND-ed comparisons (series name, operator, number)."""
+@functools.lru_cache(maxsize=4096)
+def branches(expr: str) -> tuple[tuple[tuple[str, str, float], ...], ...]:
+    """An alert expression as OR of AND-ed comparisons (series name, operator, number).
+    Cached: every candidate fault of every probe asks again for the same few alerts."""
 
     def walk(node) -> list[list[tuple[str, str, float]]]:
         if isinstance(node, promql_parser.ParenExpr):
@@ -254,7 +257,7 @@ def branches(expr: str) -> list[list[tuple[str, str, float]]]:
                     return [[(lhs.name, op, node.rhs.val)]]
         raise ValueError(f"cannot read the condition of {expr!r}")
 
-    return walk(promql_parser.parse(expr))
+    return tuple(tuple(branch) for branch in walk(promql_parser.parse(expr)))
 
 
 def slo_fires(env: Env, slo: SloDef, rule: AlertRule, fleet: Fleet, at: int) -> bool | None:
