@@ -69,23 +69,38 @@ def le_matcher(bound: float) -> Matcher:
 
 
 @functools.lru_cache(maxsize=8192)
-def metric_names(expr: str) -> frozenset[str]:
-    """Names of every series an expression selects; raises ValueError if it does not parse."""
+def parse(expr: str):  # noqa: ANN201 (promql_parser's node types)
+    """promql_parser's tree of an expression, parsed once per process: the planners and the
+    test generator read the same rule expressions again and again. Raises ValueError if it
+    does not parse. The tree is shared: read it, never change it."""
     import promql_parser
 
     try:
-        tree = promql_parser.parse(expr)
+        return promql_parser.parse(expr)
     except Exception as exc:  # the parser raises its own error types
         raise ValueError(f"invalid PromQL {expr!r}: {exc}") from None
-    names: set[str] = set()
+
+
+@functools.lru_cache(maxsize=8192)
+def vector_selectors(expr: str) -> tuple:
+    """Every vector selector of an expression (promql_parser nodes, shared as parse's tree)."""
+    import promql_parser
+
+    found: list = []
 
     def visit(node: object) -> bool:
-        if isinstance(node, promql_parser.VectorSelector) and node.name:
-            names.add(node.name)
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append(node)
         return True
 
-    promql_parser.walk(tree, visit)
-    return frozenset(names)
+    promql_parser.walk(parse(expr), visit)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=8192)
+def metric_names(expr: str) -> frozenset[str]:
+    """Names of every series an expression selects; raises ValueError if it does not parse."""
+    return frozenset(sel.name for sel in vector_selectors(expr) if sel.name)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -95,12 +110,7 @@ def equal_selectors(expr: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]],
     import promql_parser
 
     eq = promql_parser.MatchOp.Equal
-    found: list = []
-
-    def visit(node: object) -> bool:
-        if isinstance(node, promql_parser.VectorSelector):
-            found.append(node)
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return tuple((sel.name, tuple((m.name, m.value) for m in sel.matchers.matchers if m.op == eq)) for sel in found)
+    return tuple(
+        (sel.name, tuple((m.name, m.value) for m in sel.matchers.matchers if m.op == eq))
+        for sel in vector_selectors(expr)
+    )

@@ -216,3 +216,25 @@ def test_libyaml_and_pure_python_emitters_agree_on_any_text():
             assert dump_yaml(data, "s") == dump_yaml(data, "s", pure=True), repr(text)
 
     check()
+
+
+def test_runbook_is_the_same_from_the_template_cache_and_past_a_broken_one(tmp_path: Path):
+    """The compiled runbook template is kept in Jinja2's bytecode cache; a cache file that was
+    cut short or overwritten is skipped, never a failed build or a different runbook."""
+    from genobs.plan import load_plan
+    from genobs.render import runbook
+
+    _, plan = load_plan(REPO / "specs" / "chat.yaml")
+    uncached = runbook.environment().get_template("runbook.md.j2").render(plan=plan, spec_file="chat")
+    assert runbook.render_runbook(plan, "chat") == uncached
+
+    def render() -> str:
+        env = runbook.environment(runbook._bytecode_cache(str(tmp_path)))
+        return env.get_template("runbook.md.j2").render(plan=plan, spec_file="chat")
+
+    assert render() == uncached
+    (cached,) = tmp_path.iterdir()
+    assert render() == uncached  # read from the cache file this time
+    for broken in (b"", cached.read_bytes()[:40], b"j2\x00garbage" * 10):
+        cached.write_bytes(broken)
+        assert render() == uncached

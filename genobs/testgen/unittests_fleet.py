@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 
 from genobs import promql as q
@@ -146,6 +146,15 @@ class Fleet:
     peer: Fleet | None = None  # other replicas of the model beside this one (outlier cases), all like this
     peers: int = 0  # how many
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: a fleet keys the probes' memo tables thousands of times."""
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+            return h
+
     def reasons(self) -> dict[str, int]:
         return dict(self.finish)
 
@@ -165,11 +174,25 @@ class Fleet:
         return replace(self, latency=tuple(sorted({**dict(self.latency), key: dist}.items())))
 
 
+# (id of the catalog, version, dialect) -> (that catalog, {wire name: smallest key exporting it});
+# the entry holds the catalog so that its id stays its own
+_CANONICAL: dict[tuple, tuple[object, dict[str, str]]] = {}
+
+
 def canonical(ctx: Context, key: str) -> str:
     """The key that stands for a series: some versions export one histogram under two keys
-    (vLLM before 0.11 has ITL and TPOT both as time_per_output_token_seconds)."""
-    name = ctx.metric(key)
-    return min(k for k in ctx.catalog.metrics if ctx.has(k) and ctx.metric(k) == name)
+    (vLLM before 0.11 has ITL and TPOT both as time_per_output_token_seconds). Test generation
+    asks this hundreds of times; the catalog is scanned once per version and dialect."""
+    memo = (id(ctx.catalog), ctx.version, ctx.dialect)
+    found = _CANONICAL.get(memo)
+    if found is None or found[0] is not ctx.catalog:
+        keys: dict[str, str] = {}
+        for k in ctx.catalog.metrics:
+            if ctx.has(k):
+                name = ctx.metric(k)
+                keys[name] = min(k, keys.get(name, k))
+        found = _CANONICAL[memo] = (ctx.catalog, keys)
+    return found[1][ctx.metric(key)]
 
 
 def observations(key: str) -> int:

@@ -11,23 +11,12 @@ from dataclasses import replace
 import promql_parser
 
 from genobs import naming
+from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
 from genobs.testgen.unittests_fleet import STEP_MINUTES, Fleet, bounds, canonical, fleet_rate, observations
 from genobs.testgen.unittests_probes import _COMPARE, Env, Probe, SloDef
 from genobs.units import prom_duration_seconds
-
-
-def selectors(node) -> list:
-    found: list = []
-
-    def visit(n) -> bool:
-        if isinstance(n, promql_parser.VectorSelector):
-            found.append(n)
-        return True
-
-    promql_parser.walk(node, visit)
-    return found
 
 
 def _matcher_value(selector, label: str) -> tuple[str, str] | None:
@@ -71,7 +60,7 @@ def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloD
     # a recorded (not exported) series stands for the exported series its rule reads
     for r in recording:
         if r.record not in wires:
-            for sel in selectors(promql_parser.parse(r.expr)):
+            for sel in q.vector_selectors(r.expr):
                 if sel.name in wires:
                     wires[r.record] = wires[sel.name]
                     break
@@ -91,7 +80,7 @@ def _leaves(sel, sources: dict[str, str], seen: tuple[str, ...] = ()) -> list:
     out = [sel]
     expr = sources.get(sel.name)
     if expr is not None and sel.name not in seen:
-        for inner in selectors(promql_parser.parse(expr)):
+        for inner in q.vector_selectors(expr):
             out += _leaves(inner, sources, (*seen, sel.name))
     return out
 
@@ -106,7 +95,7 @@ def _read_slo(
     if not errors or not burns:
         return None
     key, thr, bad, http = None, None, (), False
-    read = [leaf for sel in selectors(promql_parser.parse(errors[0].expr)) for leaf in _leaves(sel, sources)]
+    read = [leaf for sel in q.vector_selectors(errors[0].expr) for leaf in _leaves(sel, sources)]
     for sel in read:
         found = wires.get(sel.name)
         http = http or (found is not None and found[0] == "http_requests")
@@ -122,7 +111,7 @@ def _read_slo(
             if le and le[1] != "+Inf":
                 thr = _le_value(*le)
     shortest = min(burns, key=prom_duration_seconds)
-    tree = promql_parser.parse(burns[shortest].expr)
+    tree = q.parse(burns[shortest].expr)
     if not (isinstance(tree, promql_parser.BinaryExpr) and str(tree.op) == "/"):
         return None
     if not isinstance(tree.rhs, promql_parser.NumberLiteral) or (thr is None if key else not (bad or http)):
