@@ -156,6 +156,7 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
         if not s.exists():
             click.echo(f"{s}: error: no such file or folder", err=True)
             sys.exit(2)
+    pipeline.freeze_imports()
     run_checks = not no_check
     promtool_missing = run_checks and promtool.find() is None
     with contextlib.ExitStack() as stack:

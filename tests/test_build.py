@@ -238,3 +238,23 @@ def test_runbook_is_the_same_from_the_template_cache_and_past_a_broken_one(tmp_p
     for broken in (b"", cached.read_bytes()[:40], b"j2\x00garbage" * 10):
         cached.write_bytes(broken)
         assert render() == uncached
+
+
+def test_the_inlined_representer_writes_what_pyyaml_writes_aliases_and_subclasses_included():
+    """writer._Dumper inlines PyYAML's representer for str, int, None, dict and list: shared
+    dicts and lists still become anchors and aliases (the generated tests share input series),
+    and bools and floats take PyYAML's own path."""
+    from genobs.writer import _libyaml_safe, dump_yaml
+
+    shared = {"series": 'up{job="x"}', "values": "0+0x38"}
+    items = [1, 2]
+    data = {
+        "tests": [{"input_series": [shared, shared, {"s": items}], "again": items}, {"more": [shared]}],
+        "flags": [True, False, None, 0, -1, 10**20, 1.5, 1e-05, float("inf")],
+        "multi": "a\nb",
+    }
+    assert _libyaml_safe(data)  # written by libyaml, through the inlined representer
+    fast = dump_yaml(data, "x")
+    assert fast == dump_yaml(data, "x", pure=True)
+    assert b"&id001" in fast and b"*id001" in fast
+    assert yaml.safe_load(fast)["tests"][0]["input_series"][0] == shared
