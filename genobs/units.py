@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -61,7 +62,10 @@ def parse_prom_duration(value: object) -> str:
     return value.strip(" ")
 
 
+@functools.lru_cache(maxsize=4096)
 def prom_duration_seconds(value: str) -> float:
+    """Seconds of a Prometheus duration (cached: test generation converts the same few windows
+    thousands of times)."""
     total = 0.0
     for num, unit in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", value):
         total += int(num) * (_DURATION_UNITS.get(unit) or 365 * 86400.0)

@@ -203,7 +203,12 @@ def bounds(ctx: Context, key: str, fleet: Fleet | None = None) -> tuple[float, .
     """Bucket upper bounds the engine exports for a histogram (default buckets plus any SLO thresholds)."""
     extra = dict(fleet.extra_bounds).get(key, ()) if fleet else ()
     dropped = dict(fleet.dropped_bounds).get(key, ()) if fleet else ()
-    return tuple(sorted((set(ctx.catalog.metric(key).buckets_for(ctx.version)) | set(extra)) - set(dropped)))
+    return _bounds(ctx.catalog.metric(key).buckets_for(ctx.version), extra, dropped)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bounds(default: tuple[float, ...], extra: tuple[float, ...], dropped: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(sorted((set(default) | set(extra)) - set(dropped)))
 
 
 # --- PromQL arithmetic ----------------------------------------------------------
