@@ -29,37 +29,58 @@ SCALE = {
 TIMED_OUT = (float("inf"), float("inf"))
 
 
+def _once(cmd: list[str], timeout: float | None) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS MiB) of one run of `cmd` in a fresh process; a run
+    past `timeout` seconds is stopped: (inf, inf, its peak RSS until then)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # this child's own CPU time and peak RSS
+        if pid:
+            break
+        if timeout is not None and time.perf_counter() - start > timeout:
+            proc.kill()
+            _, _, usage = os.wait4(proc.pid, 0)
+            return (*TIMED_OUT, usage.ru_maxrss / 1024)
+        time.sleep(0.01)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"{cmd} failed with status {status}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def measure_together(
+    cmds: list[list[str]], runs: int, timeout: float | None = None, warm_up: bool = True
+) -> list[tuple[float, float, float]]:
+    """(best wall seconds, best CPU seconds, peak RSS MiB of the child) of each command over
+    `runs` runs, after one warm-up run each (unless `warm_up` is false). The commands run in
+    turns (a, b, a, b, ...): on a shared machine whose load comes and goes, the ratio of two
+    is then taken over the same stretches of load, not one command's quiet minute against the
+    other's busy one. CPU time (user + system of the child) is what a loaded machine distorts
+    least. Children may write bytecode (PYTHONDONTWRITEBYTECODE unset): an installed genobs
+    has its .pyc files, as its dependencies do, so the warm-up run leaves the same state."""
+    best = [[float("inf"), float("inf"), 0.0] for _ in cmds]
+    stopped: set[int] = set()  # commands that ran past `timeout` once: not run again
+    for i in range(runs + 1 if warm_up else runs):
+        for k, (cmd, found) in enumerate(zip(cmds, best)):
+            if k in stopped:
+                continue
+            wall, cpu, rss = _once(cmd, timeout)
+            found[2] = max(found[2], rss)
+            if wall == float("inf"):
+                stopped.add(k)
+                found[0] = found[1] = wall
+            elif not (warm_up and i == 0):
+                found[0], found[1] = min(found[0], wall), min(found[1], cpu)
+    return [(w, c, r) for w, c, r in best]
+
+
 def measure(
     cmd: list[str], runs: int, timeout: float | None = None, warm_up: bool = True
 ) -> tuple[float, float, float]:
-    """(best wall seconds, best CPU seconds, peak RSS MiB of the child) over `runs` runs, after
-    one warm-up run (unless `warm_up` is false). CPU time (user + system of the child) is what a
-    loaded machine distorts least. Children may write bytecode (PYTHONDONTWRITEBYTECODE unset): an
-    installed genobs has its .pyc files, as its dependencies do, so the warm-up run leaves the same
-    state. A run past `timeout` seconds is stopped: (inf, inf, its peak RSS until then)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    best = cpu = float("inf")
-    peak = 0.0
-    for i in range(runs + 1 if warm_up else runs):
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # this child's own CPU time and peak RSS
-            if pid:
-                break
-            if timeout is not None and time.perf_counter() - start > timeout:
-                proc.kill()
-                _, _, usage = os.wait4(proc.pid, 0)
-                return (*TIMED_OUT, max(peak, usage.ru_maxrss / 1024))
-            time.sleep(0.05)
-        wall = time.perf_counter() - start
-        if status != 0:
-            raise SystemExit(f"{cmd} failed with status {status}")
-        if warm_up and i == 0:
-            continue
-        best, cpu = min(best, wall), min(cpu, usage.ru_utime + usage.ru_stime)
-        peak = max(peak, usage.ru_maxrss / 1024)
-    return best, cpu, peak
+    """measure_together for one command."""
+    return measure_together([cmd], runs, timeout, warm_up)[0]
 
 
 def _sizes(prom: Path) -> str:
@@ -84,19 +105,27 @@ def main() -> None:
         return f"{a[0] / b[0]:.1f}x {what} (CPU {a[1] / b[1]:.1f}x)"
 
     with tempfile.TemporaryDirectory() as tmp:
-        deps = measure([sys.executable, "-c", DEPS], args.runs)
+        # each ratio's two commands run in turns (measure_together)
+        deps, helped, one = measure_together(
+            [
+                [sys.executable, "-c", DEPS],
+                [*genobs, "--help"],
+                [*genobs, "build", "--no-check", "specs/chat.yaml", "-o", tmp],
+            ],
+            args.runs,
+        )
         rows.append(("import of the runtime dependencies", *deps, ""))
-        rows.append(("genobs --help", *measure([*genobs, "--help"], args.runs), ""))
-        one = measure([*genobs, "build", "--no-check", "specs/chat.yaml", "-o", tmp], args.runs)
+        rows.append(("genobs --help", *helped, ""))
         rows.append(("genobs build --no-check specs/chat.yaml", *one, ratio(one, deps, "the import")))
         rows.append(
             ("genobs build specs/chat.yaml", *measure([*genobs, "build", "specs/chat.yaml", "-o", tmp], args.runs), "")
         )
-        fast = measure([*genobs, "build", "--no-check", "specs/", "-o", tmp], args.runs)
-        rows.append(("genobs build --no-check specs/", *fast, ""))
         # promtool runs in child processes, one per core: wait4 counts their CPU too (Linux reports
         # a reaped child with the descendants it waited for)
-        checked = measure([*genobs, "build", "specs/", "-o", tmp], args.runs)
+        fast, checked = measure_together(
+            [[*genobs, "build", "--no-check", "specs/", "-o", tmp], [*genobs, "build", "specs/", "-o", tmp]], args.runs
+        )
+        rows.append(("genobs build --no-check specs/", *fast, ""))
         rows.append(("genobs build specs/ (promtool checks)", *checked, ratio(checked, fast, "--no-check")))
         if args.scale:
             folder = Path(tmp) / "scale"
