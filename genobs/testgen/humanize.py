@@ -4,6 +4,7 @@ annotations promtool expects (part of the `plan` stage's unit tests)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import urllib.parse
@@ -176,8 +177,15 @@ def _split_pipes(text: str) -> list[str]:
     return parts
 
 
+@functools.lru_cache(maxsize=4096)
+def _stages(text: str) -> tuple[str, ...]:
+    """A pipeline's stages, split once per text: every candidate fault expands the same few
+    annotation templates again."""
+    return tuple(s.strip() for s in _split_pipes(text))
+
+
 def _pipeline(text: str, labels: dict[str, str], value: float) -> str:
-    stages = [s.strip() for s in _split_pipes(text)]
+    stages = _stages(text)
     head = stages[0]
     current: object
     if head in ("$value", ".Value"):
