@@ -23,7 +23,8 @@ class Output:
     files: dict[str, bytes]
     warnings: tuple[str, ...] = ()
     # the data behind the YAML rule and test files (same keys as `files`): the check stage
-    # splits the tests from it instead of parsing the bytes back
+    # splits the tests from it instead of parsing the bytes back. render_all empties it once
+    # `on_output` has seen it (several times the size of the bytes, for a large spec)
     documents: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -103,7 +104,8 @@ def render_all(
 ) -> list[Output]:
     """Render every spec; collect every problem before failing. Anything but a
     SpecError is re-raised as InternalError naming the spec. `on_output` sees each
-    accepted output as soon as it is rendered (checks start while the next renders)."""
+    accepted output as soon as it is rendered (checks start while the next renders), with
+    its `documents`, which the outputs returned no longer hold."""
     problems: list[Problem] = []
     outputs: list[Output] = []
     names: dict[str, str] = {}
@@ -147,6 +149,7 @@ def render_all(
         outputs.append(out)
         if on_output is not None:
             on_output(out)
+        out.documents.clear()
     if problems:
         raise SpecError(problems)
     return outputs

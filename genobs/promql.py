@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 Matcher = tuple[str, str, str]  # (label, op, value)
 
@@ -68,11 +69,10 @@ def le_matcher(bound: float) -> Matcher:
     return ("le", "=~", f"{text}(\\.0+)?")
 
 
-@functools.lru_cache(maxsize=8192)
 def parse(expr: str):  # noqa: ANN201 (promql_parser's node types)
-    """promql_parser's tree of an expression, parsed once per process: the planners and the
-    test generator read the same rule expressions again and again. Raises ValueError if it
-    does not parse. The tree is shared: read it, never change it."""
+    """promql_parser's tree of an expression; raises ValueError if it does not parse. Not
+    cached: trees are large (a build's thousand expressions would keep 16 MiB); the cached
+    readers (vector_selectors, metric_names, equal_selectors) keep plain tuples."""
     import promql_parser
 
     try:
@@ -81,16 +81,30 @@ def parse(expr: str):  # noqa: ANN201 (promql_parser's node types)
         raise ValueError(f"invalid PromQL {expr!r}: {exc}") from None
 
 
+class Selector(NamedTuple):
+    """A vector selector: its metric name (None for `{__name__=~...}`) and its matchers."""
+
+    name: str | None
+    matchers: tuple[tuple[str, str, str], ...]  # (label, op, value), op one of = != =~ !~
+
+
 @functools.lru_cache(maxsize=8192)
-def vector_selectors(expr: str) -> tuple:
-    """Every vector selector of an expression (promql_parser nodes, shared as parse's tree)."""
+def vector_selectors(expr: str) -> tuple[Selector, ...]:
+    """Every vector selector of an expression, parsed once per process: the planners and the
+    test generator read the same rule expressions again and again."""
     import promql_parser
 
-    found: list = []
+    op = promql_parser.MatchOp
+    found: list[Selector] = []
+
+    def text(m: object) -> str:  # MatchOp is not hashable
+        o = m.op  # type: ignore[attr-defined]
+        return "=" if o == op.Equal else "!=" if o == op.NotEqual else "=~" if o == op.Re else "!~"
 
     def visit(node: object) -> bool:
         if isinstance(node, promql_parser.VectorSelector):
-            found.append(node)
+            matchers = tuple((m.name, text(m), m.value) for m in node.matchers.matchers)
+            found.append(Selector(node.name, matchers))
         return True
 
     promql_parser.walk(parse(expr), visit)
@@ -107,10 +121,7 @@ def metric_names(expr: str) -> frozenset[str]:
 def equal_selectors(expr: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
     """(name, equality matchers) of every selector of an expression: following recording rules
     to their inputs asks for the same rule expressions hundreds of times."""
-    import promql_parser
-
-    eq = promql_parser.MatchOp.Equal
     return tuple(
-        (sel.name, tuple((m.name, m.value) for m in sel.matchers.matchers if m.op == eq))
+        (sel.name, tuple((label, value) for label, op, value in sel.matchers if op == "="))  # type: ignore[misc]
         for sel in vector_selectors(expr)
     )

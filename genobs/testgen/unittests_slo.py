@@ -19,10 +19,10 @@ from genobs.testgen.unittests_probes import _COMPARE, Env, Probe, SloDef
 from genobs.units import prom_duration_seconds
 
 
-def _matcher_value(selector, label: str) -> tuple[str, str] | None:
-    for m in selector.matchers.matchers:
-        if m.name == label:
-            return ("=~" if m.op == promql_parser.MatchOp.Re else "="), m.value
+def _matcher_value(selector: q.Selector, label: str) -> tuple[str, str] | None:
+    for name, op, value in selector.matchers:
+        if name == label:
+            return ("=~" if op == "=~" else "="), value
     return None
 
 
