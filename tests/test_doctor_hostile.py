@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -37,6 +38,16 @@ def serve(handler: Handler) -> Iterator[str]:
                     if not chunk:
                         return
                     data += chunk
+                # read a POST's body too: closing with unread bytes sends a reset, which can reach
+                # the client before it has read a large answer ("connection reset by peer")
+                head, _, rest = data.partition(b"\r\n\r\n")
+                length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                need = int(length.group(1)) if length else 0
+                while len(rest) < need:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    rest += chunk
                 handler(conn)
             except OSError:
                 pass
