@@ -21,30 +21,43 @@ def panels_interval(evaluation_interval: str) -> str:
     return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
 
 
-def read_by(roots: list[str], rules: tuple[RecordingRule, ...]) -> set[int]:
-    """Indexes of the rules the expressions `roots` read, transitively. A selector reads a rule
-    when its equality matchers agree with the rule's labels: an alert on
+def by_record(rules) -> dict[str, list[RecordingRule]]:
+    """Recorded name -> its rules, in order: follow() looks one up per selector."""
+    out: dict[str, list[RecordingRule]] = {}
+    for rule in rules:
+        if isinstance(rule, RecordingRule):
+            out.setdefault(rule.record, []).append(rule)
+    return out
+
+
+def follow(roots: list[str], recorded: dict[str, list[RecordingRule]]) -> tuple[set[tuple[str, int]], set[str]]:
+    """What the expressions `roots` read, transitively: the recording rules, as (record, index
+    in recorded[record]), and the names no rule records (exported series). A selector reads a
+    rule when its equality matchers agree with the rule's labels: an alert on
     `…:quantile_rate5m{quantile="0.99"}` reads the p99 rule, not the p50 one."""
-    by_name: dict[str, list[int]] = {}
-    for i, rule in enumerate(rules):
-        by_name.setdefault(rule.record, []).append(i)
-    need: set[int] = set()
+    rules: set[tuple[str, int]] = set()
+    exported: set[str] = set()
     todo = list(roots)
     while todo:
         for name, equal_items in q.equal_selectors(todo.pop()):
             equal = dict(equal_items)
-            for i in by_name.get(name, ()):
-                if i not in need and all(equal.get(k, v) == v for k, v in rules[i].labels):
-                    need.add(i)
-                    todo.append(rules[i].expr)
-    return need
+            candidates = recorded.get(name, [])
+            if not candidates:
+                exported.add(name)
+            for i, rule in enumerate(candidates):
+                if (name, i) not in rules and all(equal.get(k, v) == v for k, v in rule.labels):
+                    rules.add((name, i))
+                    todo.append(rule.expr)
+    return rules, exported
 
 
 def split_recording(
     rules: tuple[RecordingRule, ...], readers: tuple[RecordingRule | AlertRule, ...]
 ) -> tuple[tuple[RecordingRule, ...], tuple[RecordingRule, ...]]:
     """(the rules `readers` need, in their order; the rules only panels read, in theirs)."""
-    need = read_by([r.expr for r in readers], rules)
-    fast = tuple(r for i, r in enumerate(rules) if i in need)
-    panels = tuple(r for i, r in enumerate(rules) if i not in need)
+    recorded = by_record(rules)
+    read, _ = follow([r.expr for r in readers], recorded)
+    need = {id(recorded[name][i]) for name, i in read}
+    fast = tuple(r for r in rules if id(r) in need)
+    panels = tuple(r for r in rules if id(r) not in need)
     return fast, panels

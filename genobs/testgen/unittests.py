@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from genobs import naming
 from genobs import promql as q
 from genobs.plan.context import Context
+from genobs.plan.groups import by_record, follow
 from genobs.plan.liveness import replica_labels, target_labels
-from genobs.plan.model import AlertRule, RecordingRule, RuleGroup
+from genobs.plan.model import AlertRule, RuleGroup
 from genobs.plan.recording import Recorder, pool_label
 from genobs.testgen.humanize import expand
 from genobs.testgen.unittests_fleet import (
@@ -87,9 +88,7 @@ class _Planner:
         for a in self.alerts:
             self.by_name.setdefault(a.name, []).append(a)
         # recorded name -> its rules: deps() looks one up per selector (a scan grew with rules x SLOs)
-        self.recorded_by_name: dict[str, list[RecordingRule]] = {}
-        for r in (r for g in groups for r in g.rules if isinstance(r, RecordingRule)):
-            self.recorded_by_name.setdefault(r.record, []).append(r)
+        self.recorded_by_name = by_record(r for g in groups for r in g.rules)
         ident = identity(ctx)
         assert ident is not None
         self.env = Env(ctx, ident, _minutes(ctx.window), discover_slos(ctx, groups), alerts=tuple(self.alerts))
@@ -99,19 +98,7 @@ class _Planner:
     # --- what an alert reads ------------------------------------------------------------------
     def deps(self, exprs: list[str]) -> set[str]:
         """Exported series the expressions read, through the recording rules whose labels match."""
-        out: set[str] = set()
-        todo, seen = list(exprs), set()
-        while todo:
-            for name, equal_items in q.equal_selectors(todo.pop()):
-                equal = dict(equal_items)
-                rules = self.recorded_by_name.get(name, [])
-                if not rules:
-                    out.add(name)
-                for i, r in enumerate(rules):
-                    if (name, i) not in seen and all(equal.get(k, v) == v for k, v in r.labels):
-                        seen.add((name, i))
-                        todo.append(r.expr)
-        return out
+        return follow(exprs, self.recorded_by_name)[1]
 
     def probe(self, name: str) -> Probe | None:
         if name in PROBES:
