@@ -23,6 +23,9 @@ def group(spec_name: str, part: str) -> str:
     return f"{PREFIX}-{spec_name}-{part}"
 
 
+COMPANIONS = ("-long", "-panels")  # suffixes of the slower companion groups (see rule_file)
+
+
 def rule_file(spec_name: str, group_name: str) -> str:
     """Rule group genobs-<spec>-<part> is written to <part>.rules.yaml; a slower companion
     group shares its file: genobs-<spec>-slo-long (long SLO windows), genobs-<spec>-recording-panels
@@ -32,8 +35,6 @@ def rule_file(spec_name: str, group_name: str) -> str:
         part = part.removesuffix(suffix)
     return f"{part}.rules.yaml"
 
-
-COMPANIONS = ("-long", "-panels")
 
 
 def anchor(title: str) -> str:

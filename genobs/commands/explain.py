@@ -78,19 +78,10 @@ def _handbook(plan) -> dict[str, dict]:
 
 
 def _selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
-    """(series name, equality matchers) of every selector in the expression."""
-    import promql_parser
+    """(series name, equality matchers) of every named selector in the expression."""
+    from genobs.promql import equal_selectors
 
-    found: list[tuple[str, dict[str, str]]] = []
-
-    def visit(node: object) -> bool:
-        if isinstance(node, promql_parser.VectorSelector) and node.name:
-            eq = {m.name: m.value for m in node.matchers.matchers if m.op == promql_parser.MatchOp.Equal}
-            found.append((node.name, eq))
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return found
+    return [(name, dict(eq)) for name, eq in equal_selectors(expr) if name]
 
 
 def _recorded_inputs(plan, exprs: list[str]) -> list:
