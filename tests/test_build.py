@@ -40,6 +40,18 @@ def test_golden_record(spec: Path):
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_generated_yaml_has_no_anchors_or_aliases(spec: Path):
+    """A reader of a generated file sees every value where it applies: PyYAML writes an object
+    reached twice as `&id001` ... `*id001`, which promtool reads but people do not expect."""
+    out = render_spec(spec)
+    for rel, data in out.files.items():
+        if rel.endswith((".yaml", ".yml")):
+            events = yaml.parse(data.decode())
+            shared = [e for e in events if isinstance(e, yaml.AliasEvent) or getattr(e, "anchor", None)]
+            assert not shared, f"{rel}: YAML anchor or alias {shared[0]}"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 def test_build_is_deterministic(spec: Path):
     assert render_spec(spec).files == render_spec(spec).files
 

@@ -358,7 +358,7 @@ def _baseline(ctx: Context, cap: CapacityPlan, rule: AlertRule, group: RuleGroup
     degraded = dict(steady, values=f"0.5x{hours} {_num(0.5 * (factor + 1))}x{after - 1}")
     tests = [
         {
-            "name": "capacity baseline: TTFT p99 steady for a week, no degradation",
+            "name": f"capacity baseline: TTFT p99 steady over the {cap.degradation.baseline} baseline, no degradation",
             "interval": "1h",
             "input_series": [steady, traffic],
             "alert_rule_test": [{"eval_time": f"{at}h", "alertname": rule.name, "exp_alerts": []}],
@@ -366,7 +366,7 @@ def _baseline(ctx: Context, cap: CapacityPlan, rule: AlertRule, group: RuleGroup
         {
             "name": f"capacity baseline: TTFT p99 {factor + 1:g}x the {cap.degradation.baseline} baseline",
             "interval": "1h",
-            "input_series": [degraded, traffic],
+            "input_series": [degraded, dict(traffic)],  # a copy: a shared dict would be written as a YAML alias
             "alert_rule_test": [
                 {"eval_time": f"{hours}h", "alertname": rule.name, "exp_alerts": []},
                 {"eval_time": f"{at}h", "alertname": rule.name, "exp_alerts": [_expected(rule, labels, factor + 1)]},
