@@ -36,7 +36,6 @@ def rule_file(spec_name: str, group_name: str) -> str:
     return f"{part}.rules.yaml"
 
 
-
 def anchor(title: str) -> str:
     """GitHub-style heading anchor; runbook headings are alert names, so anchors match."""
     text = title.strip().lower()

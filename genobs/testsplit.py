@@ -123,22 +123,16 @@ def _closure(exprs: list[str], recorded: dict[str, list[str]]) -> set[str]:
     return need
 
 
-def split_tests(prometheus: Path, test: Path, spec_name: str) -> list[Path] | None:
-    """One folder per test group of `test` (relative to `prometheus`), each holding that group
-    and the rule files cut down to what it reads; the test files to run (absolute; promtool
-    reads a test's rule_files from the test file's folder). None when the test cannot be split
-    safely (a rule reads ALERTS, or a file is not what genobs writes)."""
-    parts = split_parts(prometheus, test, spec_name)
-    return None if parts is None else [p.path for p in parts]
-
-
 def split_parts(
     prometheus: Path, test: Path, spec_name: str, cache: dict[Path, object] | None = None
 ) -> list[Part] | None:
-    """split_tests, with each group's estimated promtool cost. `cache` (resolved path ->
-    document) shares the parsed rule files between the test files of one output; the build
-    fills it beforehand with the documents it has just written to those paths, which
-    tests/test_testsplit.py checks read back as the same data."""
+    """One folder per test group of `test` (relative to `prometheus`), each holding that group
+    and the rule files cut down to what it reads; the test files to run (absolute; promtool
+    reads a test's rule_files from the test file's folder), each with its estimated promtool
+    cost. None when the test cannot be split safely (a rule reads ALERTS, or a file is not what
+    genobs writes). `cache` (resolved path -> document) shares the parsed rule files between
+    the test files of one output; the build fills it beforehand with the documents it has just
+    written to those paths, which tests/test_testsplit.py checks read back as the same data."""
     cache = {} if cache is None else cache
     doc = _load(prometheus / test, cache)
     files = doc.get("rule_files") or []

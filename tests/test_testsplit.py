@@ -44,10 +44,10 @@ def test_split_groups_assert_everything_over_fewer_rules_and_pass(spec: Path, tm
     total_rules = sum(len(g["rules"]) for f in prometheus.glob("*.rules.yaml") for g in yaml.safe_load(f.read_text())["groups"])
     for test in sorted((prometheus / "tests").glob("*.yaml")):
         whole = yaml.safe_load(test.read_text())
-        parts = testsplit.split_tests(prometheus, test.relative_to(prometheus), target.name)
+        parts = testsplit.split_parts(prometheus, test.relative_to(prometheus), target.name)
         assert parts is not None and len(parts) == len(whole["tests"])
         found = []
-        for part in parts:
+        for part in (p.path for p in parts):
             doc = yaml.safe_load(part.read_text())
             found += _assertions(doc)
             home = part.parent.parent
@@ -87,7 +87,7 @@ def test_a_rule_reading_alerts_is_not_split(tmp_path: Path):
     (prometheus / "a.rules.yaml").write_text(yaml.safe_dump(rules))
     test = {"rule_files": ["../a.rules.yaml"], "tests": [{"interval": "1m", "input_series": [], "alert_rule_test": []}]}
     (prometheus / "tests" / "t.yaml").write_text(yaml.safe_dump(test))
-    assert testsplit.split_tests(prometheus, Path("tests/t.yaml"), "x") is None
+    assert testsplit.split_parts(prometheus, Path("tests/t.yaml"), "x") is None
 
 
 def test_split_check_runs_on_the_private_copy_only(tmp_path: Path, promtool: str):
