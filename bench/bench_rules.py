@@ -37,6 +37,8 @@ DASHBOARD_RANGE = 30 * 60  # one dashboard refresh: the last 30 minutes
 DASHBOARD_STEP = 30  # Grafana's step on a 30 s scrape interval
 RATE_INTERVAL = "2m"  # Grafana's $__rate_interval for a 30 s scrape interval
 MODEL = synthetic_fleet.MODEL
+FLEET = 'namespace="llm-prod",job="vllm-chat"'  # the selector labels of specs/chat.yaml the fleet carries
+SERIES_COST_METRIC = "vllm:time_to_first_token_seconds_bucket"  # the histogram the per-series and per-sample costs are read on
 # vLLM 0.33 examples/observability/prometheus_grafana/grafana.json: every panel query
 _Q = ("0.99", "0.95", "0.9", "0.5")
 
@@ -356,7 +358,7 @@ def sample_price(server: Server, at: float, history: float, repeat: int) -> floa
     """ms one more sample in a range costs: the fleet's TTFT bucket series read over all but the
     last minute of their history, less the same series read once (their per-series part), over
     the extra samples. A long window adds samples to the series a rule already reads."""
-    sel = 'vllm:time_to_first_token_seconds_bucket{namespace="llm-prod",job="vllm-chat"}'
+    sel = f"{SERIES_COST_METRIC}{{{FLEET}}}"
     minutes = int(history // 60) - 1
     timed(server, f"count({sel})", at, 1)  # warm
     t1, n1 = timed(server, f"count({sel})", at, repeat)
@@ -407,7 +409,7 @@ def raw_floor(server: Server, variant: Variant, at: float, repeat: int) -> tuple
     fastest = min(r.interval for r in variant.rules)
     records = {r.name for r in variant.rules if r.recording}
     names = sorted({n for r in variant.rules if r.interval == fastest for n in metric_names(r.expr)} - records)
-    sel = f'{{__name__=~"{"|".join(names)}",namespace="llm-prod",job="vllm-chat"}}'
+    sel = f'{{__name__=~"{"|".join(names)}",{FLEET}}}'
     timed(server, f"count({sel})", at, 1)  # warm, as a rule evaluated every interval is
     t, n = timed(server, f"count({sel})", at, repeat)
     return fastest, n, t * 1000, len(names)
@@ -474,9 +476,6 @@ def top(r: Result, n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-SERIES_COST_METRIC = "vllm:time_to_first_token_seconds_bucket"
-
-
 def series_cost(raw_blocks: Path, work: Path, end: int, repeat: int) -> str:
     """What one histogram's bucket read costs by window: an instant read (one sample per series)
     and rate() over 1m to 10m read the same series, so the time left at "instant" is per series."""
@@ -484,7 +483,7 @@ def series_cost(raw_blocks: Path, work: Path, end: int, repeat: int) -> str:
     shutil.copytree(raw_blocks, data, copy_function=os.link)
     server = Server(data, work / "prometheus.log")
     server.start()
-    sel = f'{SERIES_COST_METRIC}{{namespace="llm-prod",job="vllm-chat",model_name=~"{MODEL}"}}'
+    sel = f'{SERIES_COST_METRIC}{{{FLEET},model_name=~"{MODEL}"}}'
     by = "sum by (model_name, namespace, job, le)"
     queries = [("instant", f"{by} ({sel})")] + [(w, f"{by} (rate({sel}[{w}]))") for w in ("1m", "2m", "5m", "10m")]
     lines = [f"### cost per series vs per sample: `{by} (rate({SERIES_COST_METRIC}{{...}}[w]))`", ""]
