@@ -105,7 +105,8 @@ def test_every_alert_has_labels_annotations_and_a_runbook_section(spec: Path):
     for a in alerts:
         assert a["labels"]["severity"] in {"critical", "warning", "info"}
         assert a["labels"]["signal"]
-        assert set(a["annotations"]) == {"summary", "description", "runbook_url"}
+        pages = {"protects"} if a["labels"]["severity"] == "critical" else set()
+        assert set(a["annotations"]) == {"summary", "description", "runbook_url"} | pages
         assert "{{ $value" in a["annotations"]["description"] or a["alert"] == "VllmMetricsAbsent"
         assert a["annotations"]["runbook_url"].split("#")[1] in anchors
 

@@ -54,6 +54,7 @@ def expected_alert(name: str) -> dict:
             "summary": fill(rule.summary),
             "description": fill(rule.description),
             "runbook_url": rule.runbook_url,
+            **({"protects": rule.protects} if rule.protects else {}),
         },
     }
 

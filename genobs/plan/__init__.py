@@ -259,6 +259,16 @@ def _runbook_notes(base_url: str) -> list[str]:
     ]
 
 
+def _policy_notes(resolved) -> list[str]:
+    """A cause the spec raised to a page is allowed, and said out loud (docs/alerting-policy.md)."""
+    return [
+        f"alerts.{a.signal}.critical: {a.name} pages on a cause, not on a symptom users feel, because the spec "
+        "sets its critical threshold (see docs/alerting-policy.md)"
+        for a in resolved
+        if not a.protects and any(sev == "critical" for sev, _ in a.levels)
+    ]
+
+
 def build_plan(doc: SpecDocument) -> Plan:
     spec = doc.spec
     ctx, resolved, problems = _checked(doc)
@@ -333,6 +343,7 @@ def build_plan(doc: SpecDocument) -> Plan:
         slo_runbook=slos.runbook,
         unit_tests=unit_tests,
         warnings=tuple(_runbook_notes(base_url))
+        + tuple(_policy_notes(resolved))
         + tuple(_unreachable(ctx, alerts))
         + tuple(_feature_notes(ctx, rec))
         + tuple(notes),

@@ -52,7 +52,9 @@ def runbook_entries(
         sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
         if a.name in entries:
             e = entries[a.name]
-            entries[a.name] = RunbookEntry(**{**e.__dict__, "severities": (*e.severities, sev)})
+            entries[a.name] = RunbookEntry(
+                **{**e.__dict__, "severities": (*e.severities, sev), "protects": e.protects or a.protects}
+            )
             continue
         s = handbook(data, a.name, a.signal)
         entries[a.name] = RunbookEntry(
@@ -69,6 +71,7 @@ def runbook_entries(
             panel=a.panel,
             expr=a.expr,
             confirm=confirm(a.name),
+            protects=a.protects,
         )
     return tuple(entries.values())
 
@@ -102,6 +105,13 @@ class Resolved:
     unit: str = ""
     value_format: str = ""  # printf format of $value in the description; default by kind
     value_kind: str = ""  # kind of $value when it differs from the threshold's (an outlier's factor)
+    protects: str = ""  # the symptom (signals.yaml `symptoms`) a page protects; "" for a cause
+
+    def page_reason(self) -> str:
+        """The `protects` annotation of this alert's page: its symptom, or the spec's own say-so."""
+        if self.protects:
+            return signal_data()["symptoms"][self.protects]
+        return f"a cause the spec raised to a page (alerts.{self.signal}.critical), not a symptom users feel"
 
     @property
     def comparator(self) -> str:
@@ -156,6 +166,9 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
                         )
                     else:
                         raw[sev] = (source, layer[sev])
+        protects = alert.get("protects", "")
+        if not protects and not (isinstance(raw.get("critical"), tuple) and raw["critical"][0] == "spec"):
+            raw.pop("critical", None)  # a cause pages only where the spec itself says so
         levels = []
         for sev in SEVERITIES:
             if sev not in raw:
@@ -187,6 +200,7 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
                 alert.get("unit", ""),
                 alert.get("value_format", ""),
                 alert.get("value_kind", ""),
+                protects,
             )
         )
     return out
@@ -315,7 +329,7 @@ class AlertBuilder:
             return f"{series} {op} {t} {self._traffic_gate()}", series, "Speculative-decoding acceptance alpha"
         if a.name == "VllmKvCacheSaturated":
             # KV usage of the engines with requests waiting (paired per engine in the recording rule)
-            series = r.ref("kv_cache_usage_queueing")
+            series = r.ref("replica_kv_cache_usage_queueing")
             return f"{series} {op} {t}", series, "KV cache usage"
         if a.name == "VllmPreemptionsSustained":
             series = r.ref("preemptions_per_request")
@@ -389,6 +403,7 @@ class AlertBuilder:
                         comparator="" if a.kind == "none" else a.comparator,
                         query=series,
                         panel=panel,
+                        protects=a.page_reason() if severity == "critical" else "",
                     )
                 )
         return rules

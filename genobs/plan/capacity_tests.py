@@ -171,12 +171,7 @@ def pod_labels(ident: Identity) -> dict[str, str]:
 def _expected(rule: AlertRule, labels: dict[str, str], value: float) -> dict:
     return {
         "exp_labels": dict(sorted({**labels, **dict(rule.labels)}.items())),
-        "exp_annotations": {
-            "summary": expand(rule.summary, labels, value),
-            "description": expand(rule.description, labels, value),
-            "runbook_url": expand(rule.runbook_url, labels, value),
-            **({"dashboard_url": expand(rule.dashboard_url, labels, value)} if rule.dashboard_url else {}),
-        },
+        "exp_annotations": {k: expand(t, labels, value) for k, t in rule.annotations().items()},
     }
 
 

@@ -29,6 +29,16 @@ class AlertRule:
     query: str = ""  # the series compared against the threshold, for the runbook
     panel: str = ""  # dashboard panel that shows it
     dashboard_url: str = ""  # annotation template: the panel, with the alert's labels as variables
+    protects: str = ""  # a page's user-facing symptom (docs/alerting-policy.md); "" on warnings
+
+    def annotations(self) -> dict[str, str]:
+        """The annotation templates, in the order the rule file writes them."""
+        out = {"summary": self.summary, "description": self.description, "runbook_url": self.runbook_url}
+        if self.dashboard_url:
+            out["dashboard_url"] = self.dashboard_url
+        if self.protects:
+            out["protects"] = self.protects
+        return out
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,7 @@ class RunbookEntry:
     panel: str
     expr: str
     confirm: tuple[tuple[str, str], ...] = ()  # (what it shows, PromQL) per instance/engine
+    protects: str = ""  # the symptom its page protects (its critical alert's annotation)
 
 
 @dataclass(frozen=True)

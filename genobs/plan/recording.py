@@ -201,7 +201,9 @@ def _engine(r: Recorder) -> None:
     # each engine (data-parallel rank) has its own KV pool and scheduler queue: a full cache is
     # saturation only where requests wait behind it, so pair the two per engine before taking the max
     queueing = f"{kv} and {q.on(liveness.engine_labels(ctx))} {waiting} > 0"
-    r.add("kv_cache_usage_queueing", "kv_cache_usage_with_waiting", "max", q.max_by(g, queueing))
+    # per replica: saturation is an imbalance to name (one hot replica), not a fleet-wide figure
+    replica_kv = q.max_by(liveness.replica_labels(ctx), queueing)
+    r.add("replica_kv_cache_usage_queueing", "replica_kv_cache_usage_with_waiting", "max", replica_kv)
     r.add("running", "requests_running", "sum", q.sum_by(g, ctx.raw("requests_running")))
     r.add("waiting", "requests_waiting", "sum", q.sum_by(g, waiting))
     # per replica (and pool): the queue-outlier alert compares each replica with its pool's median

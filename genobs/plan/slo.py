@@ -323,6 +323,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
                     threshold_text=windows_text,
                     query=own(naming.record("slo_burn_rate", f"rate{pairs[0]['long']}")),
                     panel=f"SLO {slo.name}",
+                    protects=f"objective: SLO {slo.name}, {wording} over {slo.period}" if severity == "critical" else "",
                 )
             )
             meaning, action = SPEED_TEXT[speed]
@@ -335,6 +336,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
                     "title": f"SLO {slo.name}: {'fast' if speed == 'fast' else 'slow'} burn",
                     "objective_text": f"{wording} over {slo.period}",
                     "severity_text": f"{severity}: {windows_text}",
+                    "protects": f"the objective of SLO {slo.name}" if severity == "critical" else "",
                     "meaning": meaning,
                     "first_action": action,
                     "next_checks": [

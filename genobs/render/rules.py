@@ -15,10 +15,7 @@ def _rule(rule: RecordingRule | AlertRule) -> dict:
     out = {"alert": rule.name, "expr": rule.expr}
     if rule.for_:
         out["for"] = rule.for_
-    annotations = {"summary": rule.summary, "description": rule.description, "runbook_url": rule.runbook_url}
-    if rule.dashboard_url:
-        annotations["dashboard_url"] = rule.dashboard_url
-    return out | {"labels": dict(rule.labels), "annotations": annotations}
+    return out | {"labels": dict(rule.labels), "annotations": rule.annotations()}
 
 
 def render_group(group: RuleGroup) -> dict:

@@ -164,14 +164,7 @@ class _Planner:
         series = self.series_labels(probe)
         texts = []
         for v in (value,) if exact else (value, value * (1 + 1e-9), value * (1 - 1e-9)):
-            texts.append(
-                {
-                    "summary": expand(rule.summary, series, v),
-                    "description": expand(rule.description, series, v),
-                    "runbook_url": expand(rule.runbook_url, series, v),
-                    **({"dashboard_url": expand(rule.dashboard_url, series, v)} if rule.dashboard_url else {}),
-                }
-            )
+            texts.append({k: expand(t, series, v) for k, t in rule.annotations().items()})
         if any(t != texts[0] for t in texts):
             return None
         return {"exp_labels": dict(sorted({**series, **dict(rule.labels)}.items())), "exp_annotations": texts[0]}

@@ -245,7 +245,7 @@ def _kv_value(env: Env, fleet: Fleet, at: int) -> float:
 
 
 _KV = Probe(
-    "group",
+    "replica",
     _kv_value,
     _kv_fault,
     lambda env, _: range(round((env.healthy.kv[0] if env.healthy else 0) * 1000) + 1, 1001),
