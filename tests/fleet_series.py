@@ -64,6 +64,8 @@ DEFAULT_TRAFFIC: dict[str, Any] = {
     "prefix_hit": 0.35,
     "spec_decode": None,  # {accept: [a0, a1, ...]}: acceptance per draft position (k = len)
     "nixl": None,  # {transfers:/s, failed:/s, failed_notifications:/s, kv_expired:/s, xfer_time:, post_time:, bytes:}
+    "hung_engines": [],  # data-parallel ranks (engine label values as ints) that hang while the others serve
+    "scrape_fails_every": 0,  # every Nth scrape of the replica times out (up 0, its series stale for a step); 0: never
     "rss": 3.2e9,
     "rss_growth": 0.0,  # fraction per hour
     # NVIDIA dcgm-exporter, exported only with the fleet's `gpus:` block
@@ -313,6 +315,9 @@ class Fleet:
             pools = [{"name": "", "replicas": data.pop("replicas", 4), "labels": {}, "traffic": {}}]
         events = data.pop("events", []) or []
         self.others = data.pop("other_targets", []) or []
+        # the same pods scraped twice under one job, by a ServiceMonitor (its targets carry
+        # `service`) and a PodMonitor (they do not): every replica series exists twice
+        self.duplicate_monitor = bool(data.pop("duplicate_monitor", False))
         gpus = data.pop("gpus", None)
         self.gpus = None if gpus is None else {**DEFAULT_GPUS, **gpus}
         if self.gpus is not None and set(self.gpus) - set(DEFAULT_GPUS):
@@ -367,7 +372,13 @@ class Fleet:
     def series(self) -> list[dict[str, str]]:
         out: list[Series] = []
         for r in self.replicas:
-            out.extend(ReplicaSeries(self, r).build())
+            built = ReplicaSeries(self, r).build()
+            out.extend(built)
+            if self.duplicate_monitor:
+                for one in built:
+                    twin = Series(one.name, (*one.labels, ("service", self.job)), one.integer)
+                    twin.values = one.values
+                    out.append(twin)
         if self.gpus is not None:
             for node, r in enumerate(self.replicas):
                 out.extend(self._dcgm(node, r))
@@ -559,11 +570,18 @@ class ReplicaSeries:
                 continue
             known = set(self.series)
             self._step(p, first=not was_up)
+            every = int(p["scrape_fails_every"])
+            # a scrape that times out: up 0 and a staleness marker on every series of the target;
+            # the process goes on counting, so the next scrape reads the advanced counters
+            failed = every > 0 and (t // STEP + r.index) % every == every - 1
             # series first seen now (a replica that was absent) have no earlier samples
             for k, s in self.series.items():
                 if k not in known and len(s.values) < len(up.values):
                     s.values[:0] = [None] * (len(up.values) - len(s.values))
             rss.values.append(float(round(p["rss"] * (1 + p["rss_growth"] * uptime / 3600))))
+            if failed:
+                for s in (*self.series.values(), rss):
+                    s.values[-1] = 0.0 if s is up else "stale"
             uptime += STEP
             prev_state = state
         out = list(self.series.values())
@@ -606,7 +624,8 @@ class ReplicaSeries:
         kv = p["kv"] if isinstance(p["kv"], list) else [p["kv"]] * engines
         for e in range(engines):
             labels = self.engine[e]
-            n = p["rate"] * dt / engines if flowing else 0.0
+            live = flowing and e not in p["hung_engines"]  # a hung rank keeps its gauges, counts nothing
+            n = p["rate"] * dt / engines if live else 0.0
             for reason in self.reasons:
                 inc = n * finish.get(reason, 0.0) / total
                 self._add("vllm:request_success_total", (*labels, ("finished_reason", reason)), inc)
@@ -624,7 +643,7 @@ class ReplicaSeries:
             self._counter("generation_tokens", labels, n * out_d.mean())
             self._counter("prefix_queries", labels, prompt)
             self._counter("prefix_hits", labels, prompt * float(p["prefix_hit"]))
-            self._counter("preemptions", labels, float(p["preemptions"]) * dt / engines if flowing else 0.0)
+            self._counter("preemptions", labels, float(p["preemptions"]) * dt / engines if live else 0.0)
             if spec:
                 self._counter("spec_drafts", labels, steps)
                 self._counter("spec_draft_tokens", labels, steps * len(accept))
@@ -632,7 +651,7 @@ class ReplicaSeries:
                 for pos, a in enumerate(accept):
                     self._counter("spec_accepted_per_pos", (*labels, ("position", str(pos))), steps * a)
             if p["nixl"]:
-                self._nixl(p["nixl"], labels, dt / engines if flowing else 0.0)
+                self._nixl(p["nixl"], labels, dt / engines if live else 0.0)
             running = 0 if zero else split(int(p["running"]), engines)[e]
             waiting = 0 if zero else split(int(p["waiting"]), engines)[e]
             deferred = 0 if zero else split(int(p["waiting_deferred"]), engines)[e]

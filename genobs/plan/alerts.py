@@ -222,12 +222,12 @@ LATENCY_ALERTS = {
 
 
 def _hung(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
-    series = b.rec.ref("replica_active")
+    series = b.rec.ref("engine_active")
     return liveness.hung_replicas(b.rec), series, "Replica liveness"
 
 
 def _no_progress(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
-    series = b.rec.ref("replicas_hung_ratio")
+    series = b.rec.ref("engines_hung_ratio")
     return f"{series} {op} {t}", series, "Replica liveness"
 
 
@@ -237,9 +237,9 @@ def _frozen(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str] | None:
         return None  # before 0.8.3 vLLM has no HTTP metrics: nothing independent of the engine
     pg = b.ctx.process_group
     series = b.rec.ref("process_http_ok")
-    progress = f"sum {q.by(pg)} ({b.rec.ref('replica_progress')}) > 0"
+    progress = f"sum {q.by(pg)} ({b.rec.ref('engine_progress')}) > 0"
     # engine series present but all zero: no series at all is VllmMetricsAbsent's case
-    idle = f"sum {q.by(pg)} ({b.rec.ref('replica_active')}) == 0"
+    idle = f"sum {q.by(pg)} ({b.rec.ref('engine_active')}) == 0"
     expr = f"{series} > 0 unless {q.on(pg)} ({progress}) and {q.on(pg)} ({idle})"
     return expr, series, "Replica liveness"
 
@@ -380,7 +380,7 @@ class AlertBuilder:
                 if a.signal == "rss_growth" or a.name == "VllmMetricsFrozen":
                     description = f"{process_text}: {description}"
                 elif a.name == "VllmServingCapacityLost":
-                    description = f"{labels_template(liveness.target_labels(self.ctx))}: {description}"
+                    description = f"{labels_template(liveness.capacity_labels(self.ctx))}: {description}"
 
                 elif a.name not in ("VllmTargetDown", "VllmMetricsAbsent"):
                     description = f"{labels_text}: {description}"

@@ -159,7 +159,7 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         out: list[Query] = []
         if alert == "VllmMetricsFrozen" and "process_http_ok" in r.names:
             out.append(("completions answered with 2xx per second per instance", r.ref("process_http_ok")))
-        out.append(("requests running or waiting per instance", r.ref("replica_active")))
-        out.append(("tokens generated + requests finished per second per instance", r.ref("replica_progress")))
+        out.append(("requests running or waiting per instance and engine", r.ref("engine_active")))
+        out.append(("tokens generated + requests finished per second per instance and engine", r.ref("engine_progress")))
         return tuple(out)
     return ()

@@ -90,8 +90,8 @@ def row(ctx: Context, rec: Recorder) -> Row:
                 "finished per second). Holding requests with no progress is a hung engine (VllmEngineHung).",
                 "short",
                 (
-                    Target(q.selector(rec.names["replica_active"], replica), "{{instance}} requests held"),
-                    Target(q.selector(rec.names["replica_progress"], replica), "{{instance}} progress /s"),
+                    Target(q.selector(rec.names["engine_active"], replica), f"{per} requests held"),
+                    Target(q.selector(rec.names["engine_progress"], replica), f"{per} progress /s"),
                 ),
                 width=8,
             ),

@@ -103,32 +103,49 @@ def record_failures(r: Recorder) -> None:
     r.add("success_ratio", "request_success", "ratio", f"1 - {q.ratio(r.ref('failed'), r.ref('attempted'))}")
 
 
+# A gauge's last sample within this window: one failed scrape (a busy pod's /metrics timing
+# out, Prometheus writes a staleness marker) must not make a held request vanish for a step
+# and reset the `for` of a hang alert. Range selectors skip staleness markers.
+HELD_WINDOW = "2m"
+
+
+def hung_engines(r: Recorder) -> str:
+    """Engines (data-parallel ranks; a replica before vLLM 0.8.3) holding requests (running or
+    waiting) that generated no token and finished no request over the rate window: ranks of a
+    dense model hang independently. The value is the number of requests they hold."""
+    return f"{r.ref('engine_active')} > 0 and {q.on(engine_labels(r.ctx))} {r.ref('engine_progress')} == 0"
+
+
 def hung_replicas(r: Recorder) -> str:
-    """Replicas holding requests (running or waiting) that generated no token and finished no
-    request over the rate window; the value is the number of requests they hold."""
-    return f"{r.ref('replica_active')} > 0 and {q.on(replica_labels(r.ctx))} {r.ref('replica_progress')} == 0"
+    """Replicas with at least one hung engine; the value is the requests their hung engines hold."""
+    return q.sum_by(replica_labels(r.ctx), hung_engines(r))
+
+
+def held(ctx: Context, key: str) -> str:
+    """A per-engine gauge, gap-tolerant (HELD_WINDOW) and counted once when two monitors scrape
+    the same pod (they differ only in discovery labels such as `service` or `endpoint`)."""
+    return q.max_by(engine_labels(ctx), f"last_over_time({ctx.raw(key)}[{HELD_WINDOW}])")
 
 
 def record_liveness(r: Recorder) -> None:
-    """Per replica: requests it holds and the progress it makes; per model: the share of
-    replicas that hold requests but make no progress (hung)."""
+    """Per engine: requests it holds and the progress it makes; per model: the share of
+    engines that hold requests but make no progress (hung)."""
     ctx = r.ctx
-    rl = replica_labels(ctx)
-    active = f"{q.sum_by(rl, ctx.raw('requests_running'))} + {q.sum_by(rl, ctx.raw('requests_waiting'))}"
-    r.add("replica_active", "replica_requests_active", "sum", active)
-    tokens = q.sum_by(rl, ctx.rate("generation_tokens"))
+    el = engine_labels(ctx)
+    active = f"{held(ctx, 'requests_running')} + {held(ctx, 'requests_waiting')}"
+    r.add("engine_active", "engine_requests_active", "sum", active)
+    tokens = q.sum_by(el, ctx.rate("generation_tokens"))
     # V0 creates a finished_reason series only once seen: no series means no finished request
-    # every pool finishes requests (prefill legs as `length`): a replica's liveness reads all
-    # (the zero comes from the replica's recorded active requests, not a second raw token read)
-    finished = f"({q.sum_by(rl, q.rate(ctx.raw('request_success', all_roles=True), ctx.window))} or {r.ref('replica_active')} * 0)"
-    r.add("replica_progress", "replica_progress", "rate", f"{tokens} + {finished}")
-    hung = hung_replicas(r)
-    replicas = f"count {q.by(ctx.group)} ({r.ref('replica_active')})"
+    # every pool finishes requests (prefill legs as `length`): an engine's liveness reads all
+    # (the zero comes from the engine's recorded active requests, not a second raw token read)
+    finished = f"({q.sum_by(el, q.rate(ctx.raw('request_success', all_roles=True), ctx.window))} or {r.ref('engine_active')} * 0)"
+    r.add("engine_progress", "engine_progress", "rate", f"{tokens} + {finished}")
+    engines = f"count {q.by(ctx.group)} ({r.ref('engine_active')})"
     r.add(
-        "replicas_hung_ratio",
-        "replicas_hung",
+        "engines_hung_ratio",
+        "engines_hung",
         "ratio",
-        f"(count {q.by(ctx.group)} ({hung}) or {replicas} * 0) / {replicas}",
+        f"(count {q.by(ctx.group)} ({hung_engines(r)}) or {engines} * 0) / {engines}",
     )
     if ctx.has("http_requests"):
         r.add(
@@ -144,7 +161,31 @@ def target_labels(ctx: Context) -> tuple[str, ...]:
     return tuple(label for label in ctx.process_group if label != "instance")
 
 
+def pool_label(ctx: Context) -> tuple[str, ...]:
+    """The role label of a disaggregated fleet's pools (prefill and decode queue differently)."""
+    return (ctx.roles[0],) if ctx.roles is not None and ctx.role("prefill") else ()
+
+
+def capacity_labels(ctx: Context) -> tuple[str, ...]:
+    """Targets judged together for lost capacity: the job's, per pool on a P/D fleet (every request
+    needs both pools, so a lost prefill pool is an outage however few of the targets it is)."""
+    return tuple(dict.fromkeys((*target_labels(ctx), *pool_label(ctx))))
+
+
+# A target counts as serving capacity once it has been up within this window: a pod that an
+# HPA or a rollout surge just created answers nothing while it loads its model (minutes).
+SERVED_WINDOW = "1h"
+
+
 def record_targets_down(r: Recorder) -> None:
-    """Share of the job's targets Prometheus cannot scrape (1 when none is up)."""
-    up, targets = r.ref("process_targets_up"), r.ref("process_targets")
-    r.add("process_targets_down_ratio", "scrape_targets_down", "ratio", f"1 - {q.ratio(up, targets)}")
+    """Share of the targets that served within SERVED_WINDOW and are down now, per pool (1 when
+    none is up). A new target that never became ready is not lost capacity (VllmTargetDown
+    still warns about it); a target gone from service discovery (scale-in) is not either."""
+    ctx = r.ctx
+    by, up = capacity_labels(ctx), ctx.up()
+    served = f"max_over_time({up}[{SERVED_WINDOW}]) == 1"
+    serving = f"count {q.by(by)} ({served} and {up})"
+    lost = f"count {q.by(by)} ({up} == 0 and {served})"
+    ratio = q.ratio(f"{lost} or {serving} * 0", serving)
+    none_up = f"{q.sum_by(by, up)} == 0"
+    r.add("process_targets_down_ratio", "serving_targets_lost", "ratio", f"{ratio} or ({none_up}) + 1")

@@ -7,6 +7,7 @@ from genobs import naming
 from genobs import promql as q
 from genobs.plan import liveness
 from genobs.plan.context import Context
+from genobs.plan.liveness import pool_label
 from genobs.plan.model import RecordingRule
 
 _INSTANT = frozenset({"max", "sum", "count", "bytes", "avg"})
@@ -183,11 +184,6 @@ def _decomposition(r: Recorder) -> None:
         r.add(f"{part}_share", f"e2e_{part}_share", "ratio", q.ratio(r.ref(f"{part}_mean"), r.ref("e2e_mean")))
 
 
-def pool_label(ctx: Context) -> tuple[str, ...]:
-    """The role label of a disaggregated fleet's pools (prefill and decode queue differently)."""
-    return (ctx.roles[0],) if ctx.roles is not None and ctx.role("prefill") else ()
-
-
 def peer_group(ctx: Context) -> tuple[str, ...]:
     """Replicas that are each other's peers: the grouping labels, and the pool where there are pools."""
     return tuple(dict.fromkeys((*ctx.group, *pool_label(ctx))))
@@ -208,7 +204,9 @@ def _engine(r: Recorder) -> None:
     r.add("waiting", "requests_waiting", "sum", q.sum_by(g, waiting))
     # per replica (and pool): the queue-outlier alert compares each replica with its pool's median
     replica = tuple(dict.fromkeys((*liveness.replica_labels(ctx), *pool_label(ctx))))
-    r.add("replica_waiting", "replica_requests_waiting", "sum", q.sum_by(replica, waiting))
+    # each engine counted once where two monitors scrape the same pod (only discovery labels differ)
+    engines = tuple(dict.fromkeys((*liveness.engine_labels(ctx), *pool_label(ctx))))
+    r.add("replica_waiting", "replica_requests_waiting", "sum", q.sum_by(replica, q.max_by(engines, waiting)))
     # the fleet's queue spread over the replicas that serve the model: a total ignores replica count
     average = f"avg {q.by(g)} ({r.ref('replica_waiting')})"
     if pool_label(ctx):

@@ -14,9 +14,9 @@ from genobs import naming
 from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.groups import by_record, follow
-from genobs.plan.liveness import replica_labels, target_labels
+from genobs.plan.liveness import capacity_labels, pool_label, replica_labels
 from genobs.plan.model import AlertRule, RuleGroup
-from genobs.plan.recording import Recorder, pool_label
+from genobs.plan.recording import Recorder
 from genobs.testgen.humanize import expand
 from genobs.testgen.unittests_fleet import (
     EVALUATION_STEP,
@@ -147,7 +147,7 @@ class _Planner:
         if probe.labels == "up":
             return dict(ident.process)
         if probe.labels == "targets":
-            return {k: ident.process[k] for k in target_labels(ctx)}
+            return {k: ident.process[k] for k in capacity_labels(ctx)}
         if probe.labels == "replica":
             return {k: ident.engine[k] for k in replica_labels(ctx)}
         if probe.labels == "pool_replica":  # a replica and its pool (the role label of P/D fleets)
