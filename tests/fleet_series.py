@@ -41,6 +41,7 @@ DEFAULT_TRAFFIC: dict[str, Any] = {
     "finish": {"stop": 1.0},  # shares of finished requests by finished_reason
     "http_4xx": 0.0,  # share of requests answered 4xx by the API server (never reach the engine)
     "http_5xx": 0.0,  # share answered 5xx by the API server (never reach the engine)
+    "http_5xx_per_s": 0.0,  # 5xx answers per second besides the engine's traffic (the API server fails them all)
     "admission_rejections": 0.0,  # rejected admissions per second (vLLM >= 0.32)
     "handler": "/v1/chat/completions",
     "model_list_polls": 0.1,  # GET /v1/models per second: HTTP traffic that is not inference
@@ -694,7 +695,8 @@ class ReplicaSeries:
         # request (stop/length/abort/error) is a 2xx; 4xx/5xx never reached the engine.
         self._add(name, (*self.base, *h, ("status", "2xx")), rate * dt)
         self._add(name, (*self.base, *h, ("status", "4xx")), rate * float(p["http_4xx"]) * dt)
-        self._add(name, (*self.base, *h, ("status", "5xx")), rate * float(p["http_5xx"]) * dt)
+        front = float(p["http_5xx_per_s"]) if accepting else 0.0
+        self._add(name, (*self.base, *h, ("status", "5xx")), (rate * float(p["http_5xx"]) + front) * dt)
         # /v1/models never reaches the engine: it keeps answering while the engine hangs
         polls = float(p["model_list_polls"]) * dt if not first else 0.0
         models = (("handler", "/v1/models"), ("method", "GET"), ("status", "2xx"))

@@ -154,7 +154,10 @@ def test_explain_uses_the_given_spec_and_is_case_insensitive():
     chat = REPO / "specs" / "chat.yaml"
     result = run("explain", "vllmqueuetimep99high", "--spec", str(chat))
     assert result.exit_code == 0, result.output
-    assert "warning   Queue time p99 above 2s" in result.stdout  # the spec's override
+    assert "warning  Queue time p99 above 2s" in result.stdout  # the spec's override (a cause: no critical)
+    assert "pages for" not in result.stdout
+    ttft = run("explain", "VllmTtftP99High", "--spec", str(chat))
+    assert "  pages for: first-token latency: users wait for the answer to start" in ttft.stdout
     assert 'job="vllm-chat"' in result.stdout and str(chat) in result.stdout
 
 

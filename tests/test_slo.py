@@ -50,12 +50,7 @@ def expected_alert(name: str) -> dict:
 
     return {
         "exp_labels": {**BASE, **dict(rule.labels)},
-        "exp_annotations": {
-            "summary": fill(rule.summary),
-            "description": fill(rule.description),
-            "runbook_url": rule.runbook_url,
-            **({"protects": rule.protects} if rule.protects else {}),
-        },
+        "exp_annotations": {k: fill(t) for k, t in rule.annotations().items()},
     }
 
 

@@ -66,11 +66,7 @@ def fired(text: str, name: str, value: str = "") -> dict:
 
     return {
         "exp_labels": {**GROUP, **dict(rule.labels)},
-        "exp_annotations": {
-            "summary": rule.summary,
-            "description": fill(rule.description),
-            "runbook_url": rule.runbook_url,
-        },
+        "exp_annotations": {k: fill(t) for k, t in rule.annotations().items()},
     }
 
 

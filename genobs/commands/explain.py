@@ -116,6 +116,7 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
         for r in rules:
             pending = f"for {r.for_}" if r.for_ else "fires at once (no for)"
             out.append(f"  {r.severity:<{width}}  {r.summary}  [{pending}]")
+        out += [f"  pages for: {r.protects}" for r in rules if r.protects]
         out.append("")
         for r in rules:
             out += [f"PromQL ({r.severity})", f"  {r.expr}", ""]

@@ -21,7 +21,7 @@ from genobs.plan.groups import panels_interval, split_recording
 from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry
 from genobs.plan.recording import build_recording
-from genobs.units import format_seconds
+from genobs.units import format_seconds, prom_duration_seconds
 
 # feature -> (logical metric whose presence it needs, human explanation)
 _FEATURE_NEEDS = {
@@ -108,6 +108,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         features=frozenset(features),
         roles=(roles.label, roles.prefill, roles.decode) if roles is not None else None,
         spec=spec.name,
+        evaluation_seconds=prom_duration_seconds(spec.evaluation_interval),
     )
 
 

@@ -286,8 +286,8 @@ class AlertBuilder:
         self.base_url = base_url
         self.team = team
 
-    def _traffic_gate(self) -> str:
-        return f"and {q.on(self.ctx.group)} {self.rec.ref('finished')} >= {self.ctx.min_request_rate:g}"
+    def _traffic_gate(self, key: str = "finished") -> str:
+        return f"and {q.on(self.ctx.group)} {self.rec.ref(key)} >= {self.ctx.min_request_rate:g}"
 
     def condition(self, a: Resolved, threshold: float) -> tuple[str, str, str] | None:
         """(expr, compared series, dashboard panel) or None when the signal does not apply."""
@@ -302,10 +302,15 @@ class AlertBuilder:
             series = r.ref(f"{key}_quantile", p99)
             gate = "" if key == "nixl_xfer_time" else f" {self._traffic_gate()}"
             return f"{series} {op} {t}{gate}", series, panel
+        if a.name == "VllmSuccessRatioLow":
+            # attempts (finished, HTTP 5xx, rejections) gate it: an API server failing every request
+            # before the engine finishes none; below the gate, a count over the last hour decides
+            series = r.ref("success_ratio")
+            recent = f"{series} {op} {t} {self._traffic_gate('attempted')}"
+            return f"({recent}) or ({liveness.low_traffic_failures(r, op, t)})", series, "Success rate"
         ratios = {
             "VllmLengthFinishRatioHigh": ("length_ratio", "Length and abort finishes"),
             "VllmAbortRatioHigh": ("abort_ratio", "Length and abort finishes"),
-            "VllmSuccessRatioLow": ("success_ratio", "Success rate"),
             "VllmOutputSpeedPerUserLow": ("output_speed_per_user", "Output speed per user (tok/s/user)"),
         }
         if a.name in ratios:

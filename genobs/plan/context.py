@@ -28,6 +28,7 @@ class Context:
     features: frozenset[str]
     roles: tuple[str, str, str] | None = None  # (label, prefill value, decode value)
     spec: str = ""  # the spec's name: labels the SLO series, which several specs may share
+    evaluation_seconds: float = 30.0  # the rule groups' evaluation interval
 
     @property
     def version_text(self) -> str:

@@ -78,6 +78,19 @@ def failure_terms(ctx: Context, window: str, zero: str, pick: Callable[[str], st
     return out
 
 
+# Below the traffic gate a model may see a request every few minutes: its success is judged
+# over this window instead, from at least MIN_FAILED failed requests (a count, not a rate).
+COUNT_WINDOW = "1h"
+MIN_FAILED = 10
+
+
+def low_traffic_failures(r: Recorder, op: str, t: str) -> str:
+    """The success ratio over COUNT_WINDOW against the threshold, with MIN_FAILED failures in it."""
+    failed, attempted = r.ref("failed_1h"), r.ref("attempted_1h")
+    ratio = f"1 - {q.ratio(failed, attempted)}"
+    return f"{ratio} {op} {t} and {q.on(r.ctx.group)} {failed} >= {MIN_FAILED}"
+
+
 def record_failures(r: Recorder) -> None:
     """Success = the server did not fail: 1 - failures / attempts, where failures are error
     finishes, HTTP 5xx and admission rejections (what the version has). Length finishes and
@@ -101,6 +114,12 @@ def record_failures(r: Recorder) -> None:
     attempted = " + ".join([r.ref("finished"), *parts[1 if reasons else 0 :]])
     r.add("attempted", "requests_attempted", "rate", attempted)
     r.add("success_ratio", "request_success", "ratio", f"1 - {q.ratio(r.ref('failed'), r.ref('attempted'))}")
+    # requests over the last hour, a low-traffic model's evidence: the recorded 5m rates summed
+    # over the hour's evaluations times the interval (a series younger than the hour is not
+    # extrapolated to a full hour, as an average times 3600 would be)
+    step = f"{ctx.evaluation_seconds:g}"
+    for key in ("failed", "attempted"):
+        r.add(f"{key}_1h", f"requests_{key}", "increase1h", f"sum_over_time({r.ref(key)}[{COUNT_WINDOW}]) * {step}")
 
 
 # A gauge's last sample within this window: one failed scrape (a busy pod's /metrics timing

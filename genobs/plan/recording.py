@@ -11,6 +11,8 @@ from genobs.plan.liveness import pool_label
 from genobs.plan.model import RecordingRule
 
 _INSTANT = frozenset({"max", "sum", "count", "bytes", "avg"})
+# operations whose name already carries their window (a count over the last hour)
+_WINDOWED = frozenset({"increase1h"})
 QUANTILES = (0.5, 0.9, 0.95, 0.99)  # p95 beside p50/p99: what SLO dashboards and llm-d show
 # histogram key -> recorded subject
 LATENCIES = {
@@ -37,7 +39,8 @@ class Recorder:
 
     def add(self, key: str, subject: str, operation: str, expr: str, labels: tuple = ()) -> str:
         # instant aggregations of gauges carry no window in their name
-        name = naming.record(subject, operation) if operation in _INSTANT else self.ctx.rec(subject, operation)
+        named = operation in _INSTANT or operation in _WINDOWED
+        name = naming.record(subject, operation) if named else self.ctx.rec(subject, operation)
         self.rules.append(RecordingRule(record=name, expr=expr, labels=labels))
         self.names[key] = name
         return name
