@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from genobs.cli import main
 from genobs.gates.formats import load_runs
 from genobs.gates.runs import Run
+from genobs.gates.vocabulary import NAMES
 from tests.conftest import REPO
 
 EXPORTS = REPO / "tests" / "fixtures" / "exports"
@@ -247,6 +248,12 @@ def test_each_tool_gets_a_footnote_mapping_its_names_to_genobs_terms():
     assert 'vllm bench serve: TTFT = "TTFT" (*_ttft_ms); TPOT = "TPOT" (*_tpot_ms); ITL = "ITL"' in out
     doc = json.loads(bench(GUIDELLM_C4, "--spec", SPECS / "chat.yaml", "--format", "json").stdout)
     assert doc["runs"][0]["names"]["tpot"] == '"ITL" (inter_token_latency_ms)'
+
+
+def test_every_figure_read_has_the_tools_name_for_it():
+    for export in (AIPERF_C4, AIPERF_RATE, GUIDELLM_C4, GUIDELLM_RATE, VLLM_C4):
+        run = one(export)
+        assert set(run.metrics) <= set(NAMES[run.family]), (export, set(run.metrics) - set(NAMES[run.family]))
 
 
 def test_measured_concurrency_is_printed_rounded():

@@ -46,6 +46,7 @@ NAMES: dict[str, dict[str, str]] = {
         "output_tps_per_user": "not exported: per request (output_lens - 1) / sum(itls), else 1 / median TPOT",
         "prefill_tps_per_user": "not exported: per request input_lens / ttfts (--save-detailed)",
         "output_tps": '"Output token throughput" (output_throughput)',
+        "input_tps": "not exported: total - output token throughput",
         "total_tps": '"Total token throughput" (total_token_throughput)',
         "request_throughput": '"Request throughput" (request_throughput)',
         "goodput": '"Request goodput" (request_goodput)',
