@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from genobs.cli import main
+from genobs.gates.bench_report import exported
 from genobs.gates.formats import load_runs
 from genobs.gates.runs import Run
 from genobs.gates.vocabulary import NAMES
@@ -137,7 +138,9 @@ def test_a_request_rate_sweep_is_recognised(tmp_path: Path):
     doc["output_token_throughput"]["avg"] *= 1.9
     faster = tmp_path / "rate6.json"
     faster.write_text(json.dumps(doc))
-    result = bench(faster, AIPERF_RATE, "--spec", SPECS / "batch.yaml", "--format", "json")
+    chart = tmp_path / "sweep.png"
+    result = bench(faster, AIPERF_RATE, "--spec", SPECS / "batch.yaml", "--format", "json", "--plot", chart)
+    assert chart.read_bytes().startswith(b"\x89PNG")
     rows = {r["kpi"]: r for r in json.loads(result.stdout)["kpis"]}
     rises = rows["output tok/s (system) rises with request rate"]
     assert rises["run"] == "sweep, request rate 3..6"
@@ -250,10 +253,15 @@ def test_each_tool_gets_a_footnote_mapping_its_names_to_genobs_terms():
     assert doc["runs"][0]["names"]["tpot"] == '"ITL" (inter_token_latency_ms)'
 
 
-def test_every_figure_read_has_the_tools_name_for_it():
+def test_every_exported_figure_has_the_tools_name_and_every_derived_one_says_how():
     for export in (AIPERF_C4, AIPERF_RATE, GUIDELLM_C4, GUIDELLM_RATE, VLLM_C4):
         run = one(export)
-        assert set(run.metrics) <= set(NAMES[run.family]), (export, set(run.metrics) - set(NAMES[run.family]))
+        have = exported(run)
+        assert have <= set(NAMES[run.family]), (export, have - set(NAMES[run.family]))
+        for metric in set(run.metrics) - have:
+            assert all(st.derived for st in run.metrics[metric].values()), (export, metric)
+    names = json.loads(bench(VLLM_C4, "--spec", SPECS / "chat.yaml", "--format", "json").stdout)["runs"][0]["names"]
+    assert "input_tps" not in names and "output_tps_per_user" not in names  # derived: total - output, 1 / p50 TPOT
 
 
 def test_measured_concurrency_is_printed_rounded():

@@ -28,6 +28,11 @@ def workload_text(w: Workload) -> str:
     return ", ".join(parts) or "not stated"
 
 
+def exported(run: Run) -> set[str]:
+    """Metrics the tool itself wrote (at least one statistic not derived by genobs)."""
+    return {m for m, stats in run.metrics.items() if any(not st.derived for st in stats.values())}
+
+
 def _cells(row: Row, with_baseline: bool) -> list[str]:
     note = "; ".join(x for x in (f"derived: {row.derived}" if row.derived else "", row.caveat, row.note) if x)
     value = fmt(row.value, row.unit) if row.unit != "" or row.value is None else f"{row.value:g}"
@@ -69,7 +74,7 @@ def render_text(report: Report, fmt_name: str = "text") -> str:
     families: dict[str, set[str]] = {}
     for run in [rr.run for rr in report.runs] + report.baseline:
         if run.family in NAMES:
-            families.setdefault(run.family, set()).update(run.metrics)
+            families.setdefault(run.family, set()).update(exported(run))
     if families:
         lines += ["", "tool names for genobs' terms (TPOT: decode time per output token after the first, per request):"]
         lines += [f"{'- ' if md else '  '}{footnote(f, m)}" for f, m in families.items()]
@@ -83,7 +88,7 @@ def _run_json(run: Run, warnings: list[str] | None = None) -> dict:
         "tool": run.tool,
         "workload": {k: v for k, v in vars(run.workload).items() if v not in (None, "")},
         "warnings": warnings or [],
-        "names": {m: name for m, name in NAMES.get(run.family, {}).items() if m in run.metrics},
+        "names": {m: name for m, name in NAMES.get(run.family, {}).items() if m in exported(run)},
         "metrics": {
             m: {
                 stat: {

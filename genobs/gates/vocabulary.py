@@ -11,7 +11,8 @@ from genobs.gates.runs import TITLES
 
 TOOLS = {"aiperf": "AIPerf", "guidellm": "GuideLLM", "vllm": "vllm bench serve"}
 
-# family -> canonical metric -> the tool's console name (export key); only metrics its parser reads
+# family -> canonical metric -> the tool's console name (export key) of each figure its parser reads;
+# a figure genobs derives says how in its own note instead
 NAMES: dict[str, dict[str, str]] = {
     "aiperf": {
         "ttft": '"Time to First Token" (time_to_first_token)',
@@ -31,22 +32,17 @@ NAMES: dict[str, dict[str, str]] = {
         "ttft": '"TTFT" (time_to_first_token_ms)',
         "tpot": '"ITL" (inter_token_latency_ms)',
         "e2e": '"Request Latency" (request_latency)',
-        "output_tps_per_user": "not exported: per request 1000 / inter_token_latency_ms",
         "output_tps": '"Output Tokens Per Sec" (output_tokens_per_second)',
         "input_tps": '"Input Tokens Per Sec" (prompt_tokens_per_second)',
         "total_tps": '"Total Tokens Per Sec" (tokens_per_second)',
         "request_throughput": '"Requests Per Sec" (requests_per_second)',
-        "prefill_tps_per_user": "not exported: mean prompt tokens / median TTFT",
     },
     "vllm": {
         "ttft": '"TTFT" (*_ttft_ms)',
         "tpot": '"TPOT" (*_tpot_ms)',
         "itl": '"ITL" (*_itl_ms)',
         "e2e": '"E2EL" (*_e2el_ms)',
-        "output_tps_per_user": "not exported: per request (output_lens - 1) / sum(itls), else 1 / median TPOT",
-        "prefill_tps_per_user": "not exported: per request input_lens / ttfts (--save-detailed)",
         "output_tps": '"Output token throughput" (output_throughput)',
-        "input_tps": "not exported: total - output token throughput",
         "total_tps": '"Total token throughput" (total_token_throughput)',
         "request_throughput": '"Request throughput" (request_throughput)',
         "goodput": '"Request goodput" (request_goodput)',
