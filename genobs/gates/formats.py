@@ -1,14 +1,17 @@
 """Benchmark exports genobs reads, each detected by its shape (not its file name):
 
 - AIPerf `profile_export_aiperf.json`, schema 1.x: one top-level block per metric tag
-  with its own `unit` (authoritative), `avg` and percentiles; null means absent.
+  with its own `unit` (authoritative), `avg` and percentiles; null means absent. The
+  load is `input_config.phases[]` (`concurrency`, or `rate` and its arrival `type`); the
+  per-request `profile_export.jsonl` beside it feeds the per-user speed.
 - AIPerf <= 0.1.x: the same blocks inside a `records` wrapper, TTFT tagged `ttft`.
 - GuideLLM `benchmarks.json`: `benchmarks[i].metrics.<name>.successful.{mean, median,
   percentiles.pNN}`, one run per benchmark (a sweep is several); `_ms` names are ms.
 - `vllm bench serve --save-result`: flat `mean_/median_/pNN_<metric>_ms` keys (ms),
   `duration` in s, throughputs in tok/s and req/s.
 
-Everything becomes a genobs.gates.runs.Run in base units. A metric the run did not
+Everything becomes a genobs.gates.runs.Run in base units; the per-user output speed is
+the one statistic genobs.gates.per_user defines, whichever tool wrote the export. A metric the run did not
 measure (a non-streaming run has no TTFT) stays absent; it is never read as zero."""
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def _degradation_row(run: Run, kpi: dict, stat: str, base: Run | None, base_labe
     factor = gate_data()["rules"]["degradation_vs_baseline"]["max_factor"]
     row = Row("", f"{TITLES[kpi['metric']]} ({stat}) vs {base_label}", None, "x", f"≤ {factor:g}×")
     if base is None:
-        row.verdict, row.note = NA, "needs --baseline RESULT or a concurrency sweep"
+        row.verdict, row.note = NA, "needs --baseline RESULT or a sweep"
         return row
     if base is run:
         row.verdict, row.note = NA, "this run is the reference"
