@@ -1,10 +1,11 @@
 # Quick start: `make examples` builds every example spec into out/;
-# `make test` runs the whole test suite (installing promtool if missing).
+# `make test` runs the whole test suite (installing promtool if missing, and the pinned
+# TypeScript compiler and @grafana/schema the dashboard type check uses).
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: examples test setup promtool lint golden bench fuzz
+.PHONY: examples test setup promtool grafana-schema lint golden bench fuzz
 
 $(BIN)/genobs: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +22,14 @@ promtool:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 	    prometheus prometheus-alertmanager >/dev/null; }
 
+# tsc and Grafana's published dashboard types, as pinned in the lock file (tests/test_grafana_schema.py)
+grafana-schema:
+	npm ci --prefix tests/grafana_schema --no-audit --no-fund --ignore-scripts
+
 examples: setup
 	$(BIN)/genobs build specs/
 
-test: setup promtool
+test: setup promtool grafana-schema
 	$(BIN)/ruff check genobs tests bench
 	$(BIN)/python -m pytest -q
 

@@ -16,16 +16,17 @@ def _fail_input(message: str) -> None:
 
 
 def _plot(report, path: Path) -> None:
-    from genobs.gates.kpis import sweep_of
     from genobs.gates.plot import sweep_chart
+    from genobs.gates.sweep import RATE, load, sweep_axis, sweep_of
     from genobs.gates.thresholds import gate_data
 
     runs = [rr.run for rr in report.runs]
     sweep = sweep_of(runs)
-    if not sweep:
+    axis = sweep_axis(sweep)
+    if not sweep or axis is None:
         _fail_input(
-            "error: --plot needs a concurrency sweep: several runs with different, known concurrency "
-            f"(got {len(runs)} run(s): {', '.join(str(r.workload.concurrency) for r in runs)})"
+            "error: --plot needs a sweep: several runs with different, known concurrency or request rate "
+            f"(got {len(runs)} run(s): concurrency {', '.join(str(r.workload.concurrency) for r in runs)})"
         )
     spec = report.spec
     alert = gate_data()["plot"]["per_user_alert"]
@@ -42,7 +43,8 @@ def _plot(report, path: Path) -> None:
         click.echo(f"note: no per-user threshold drawn: {alert} is off in spec {spec.name}", err=True)
     sweep_chart(
         path,
-        [r.workload.concurrency for r in sweep],
+        [load(r, axis) or 0.0 for r in sweep],
+        "request rate (req/s)" if axis == RATE else "concurrency (sessions)",
         [value(r, "output_tps", ["avg"]) for r in sweep],
         [value(r, "output_tps_per_user", ["avg", "p50"]) for r in sweep],
         level.value if level is not None else None,

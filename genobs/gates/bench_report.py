@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 from genobs.gates.kpis import GATING, Report, Row, fmt
-from genobs.gates.runs import METRICS, Run, Workload
+from genobs.gates.runs import METRICS, Run, Workload, concurrency_text
 from genobs.gates.table import render
+from genobs.gates.vocabulary import NAMES, footnote
 
 
 def workload_text(w: Workload) -> str:
@@ -15,7 +16,7 @@ def workload_text(w: Workload) -> str:
     if w.input_tokens is not None or w.output_tokens is not None:
         parts.append(f"input {fmt(w.input_tokens, 'tok')}, output {fmt(w.output_tokens, 'tok')} (mean per request)")
     if w.concurrency is not None:
-        parts.append(f"concurrency {w.concurrency:g}" + (f" ({w.concurrency_note})" if w.concurrency_note else ""))
+        parts.append(f"concurrency {concurrency_text(w)}")
     if w.request_rate:
         parts.append(f"request rate {w.request_rate}")
     if w.requests is not None:
@@ -27,8 +28,13 @@ def workload_text(w: Workload) -> str:
     return ", ".join(parts) or "not stated"
 
 
+def exported(run: Run) -> set[str]:
+    """Metrics the tool itself wrote (at least one statistic not derived by genobs)."""
+    return {m for m, stats in run.metrics.items() if any(not st.derived for st in stats.values())}
+
+
 def _cells(row: Row, with_baseline: bool) -> list[str]:
-    note = "; ".join(x for x in (f"derived: {row.derived}" if row.derived else "", row.note) if x)
+    note = "; ".join(x for x in (f"derived: {row.derived}" if row.derived else "", row.caveat, row.note) if x)
     value = fmt(row.value, row.unit) if row.unit != "" or row.value is None else f"{row.value:g}"
     cells = [row.run, row.kpi, value]
     if with_baseline:
@@ -65,6 +71,13 @@ def render_text(report: Report, fmt_name: str = "text") -> str:
     with_base = bool(report.baseline)
     header = ["run", "KPI", "value"] + (["baseline", "change"] if with_base else []) + ["threshold", "verdict", "note"]
     lines.append(render(header, [_cells(r, with_base) for r in report.rows], "md" if md else "text"))
+    families: dict[str, set[str]] = {}
+    for run in [rr.run for rr in report.runs] + report.baseline:
+        if run.family in NAMES:
+            families.setdefault(run.family, set()).update(exported(run))
+    if families:
+        lines += ["", "tool names for genobs' terms (TPOT: decode time per output token after the first, per request):"]
+        lines += [f"{'- ' if md else '  '}{footnote(f, m)}" for f, m in families.items()]
     lines += ["", _summary(report)]
     return "\n".join(lines) + "\n"
 
@@ -75,9 +88,15 @@ def _run_json(run: Run, warnings: list[str] | None = None) -> dict:
         "tool": run.tool,
         "workload": {k: v for k, v in vars(run.workload).items() if v not in (None, "")},
         "warnings": warnings or [],
+        "names": {m: name for m, name in NAMES.get(run.family, {}).items() if m in exported(run)},
         "metrics": {
             m: {
-                stat: {"value": st.value, "unit": METRICS[m][0], **({"derived": st.derived} if st.derived else {})}
+                stat: {
+                    "value": st.value,
+                    "unit": METRICS[m][0],
+                    **({"derived": st.derived} if st.derived else {}),
+                    **({"caveat": st.caveat} if st.caveat else {}),
+                }
                 for stat, st in sorted(stats.items())
             }
             for m, stats in sorted(run.metrics.items())
@@ -101,6 +120,7 @@ def render_json(report: Report) -> str:
                 "verdict": r.verdict,
                 "note": r.note,
                 "derived": r.derived,
+                "caveat": r.caveat,
                 "baseline": r.baseline,
                 "change": r.change,
             }

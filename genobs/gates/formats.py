@@ -1,14 +1,17 @@
 """Benchmark exports genobs reads, each detected by its shape (not its file name):
 
 - AIPerf `profile_export_aiperf.json`, schema 1.x: one top-level block per metric tag
-  with its own `unit` (authoritative), `avg` and percentiles; null means absent.
+  with its own `unit` (authoritative), `avg` and percentiles; null means absent. The
+  load is `input_config.phases[]` (`concurrency`, or `rate` and its arrival `type`); the
+  per-request `profile_export.jsonl` beside it feeds the per-user speed.
 - AIPerf <= 0.1.x: the same blocks inside a `records` wrapper, TTFT tagged `ttft`.
 - GuideLLM `benchmarks.json`: `benchmarks[i].metrics.<name>.successful.{mean, median,
   percentiles.pNN}`, one run per benchmark (a sweep is several); `_ms` names are ms.
 - `vllm bench serve --save-result`: flat `mean_/median_/pNN_<metric>_ms` keys (ms),
   `duration` in s, throughputs in tok/s and req/s.
 
-Everything becomes a genobs.gates.runs.Run in base units. A metric the run did not
+Everything becomes a genobs.gates.runs.Run in base units; the per-user output speed is
+the one statistic genobs.gates.per_user defines, whichever tool wrote the export. A metric the run did not
 measure (a non-streaming run has no TTFT) stays absent; it is never read as zero."""
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from genobs.gates import per_user
 from genobs.gates.runs import MAX_BYTES, METRICS, InputError, Run, Workload, derive_common, number, time_factor
 
 # --- AIPerf ------------------------------------------------------------------------------------
@@ -29,6 +33,7 @@ AIPERF_KEYS = {
     "inter_chunk_latency": "itl",
     "request_latency": "e2e",
     "output_token_throughput": "output_tps",
+    "input_token_throughput": "input_tps",  # 0.13+; older exports get total - output
     "total_token_throughput": "total_tps",
     "request_throughput": "request_throughput",
     "goodput": "goodput",
@@ -94,9 +99,15 @@ def _aiperf_workload(doc: dict, cfg: dict, file: str, where: str) -> Workload:
     profiling = [p for p in phases if p.get("name") == "profiling"] or phases[-1:]
     source, path = (profiling[0], "input_config.phases[profiling]") if profiling else (loadgen, "input_config.loadgen")
     w.concurrency = number(file, f"{path}.concurrency", source.get("concurrency"))
-    rate = source.get("request_rate")
-    if rate is not None:
-        w.request_rate = f"{number(file, f'{path}.request_rate', rate):g} req/s"
+    key = "rate" if source.get("rate") is not None else "request_rate"  # 0.13 phases say `rate`
+    if source.get(key) is not None:
+        w.rate = number(file, f"{path}.{key}", source[key])
+        kind = source.get("type")
+        w.request_rate = f"{w.rate:g} req/s" + (f" ({kind})" if isinstance(kind, str) and kind else "")
+    measured = doc.get("effective_concurrency")
+    if w.concurrency is None and isinstance(measured, dict) and measured.get("avg") is not None:
+        w.concurrency = number(file, f"{where}effective_concurrency.avg", measured["avg"])
+        w.concurrency_note = "measured mean"
     return w
 
 
@@ -118,6 +129,8 @@ def parse_aiperf(doc: dict, file: str) -> list[Run]:
             run.put("total_tps", "avg", (isl + osl) / d, "(total_isl + total_osl) / benchmark_duration")
     if run.workload.streaming is None:
         run.workload.streaming = "ttft" in run.metrics
+    speeds, source = per_user.aiperf_record_speeds(Path(file))
+    per_user.put_speeds(run, speeds, source)
     return [run]
 
 
@@ -171,7 +184,8 @@ def _guidellm_run(bench: dict, file: str, where: str, version: str) -> Run:
         w.concurrency = 1.0
     else:
         if strategy.get("rate") is not None:
-            w.request_rate = f"{number(file, f'{where}.config.strategy.rate', strategy['rate']):g} req/s ({kind})"
+            w.rate = number(file, f"{where}.config.strategy.rate", strategy["rate"])
+            w.request_rate = f"{w.rate:g} req/s ({kind})"
         w.concurrency = stat("request_concurrency", "mean")
         w.concurrency_note = "measured mean" if w.concurrency is not None else ""
     duration = bench.get("duration")
@@ -197,12 +211,13 @@ def _guidellm_run(bench: dict, file: str, where: str, version: str) -> Run:
             value = stat(name, key)
             if value is not None:
                 run.put(metric, out, value * factor)
-    # GuideLLM has no per-user rate: 1 / ITL per request is AIPerf's definition; the median
-    # (and each percentile, mirrored) carries over exactly through the monotone 1/x
-    for key, out in (("median", "p50"), ("p99", "p1"), ("p90", "p10"), ("p10", "p90"), ("p01", "p99")):
-        itl = stat("inter_token_latency_ms", key)
+    # GuideLLM exports no per-user rate: computed from its per-request records, else 1 / median
+    # ITL, whose distribution is over token gaps, not requests
+    if not per_user.put_speeds(run, per_user.guidellm_request_speeds(bench, file, where), "requests.successful"):
+        itl = stat("inter_token_latency_ms", "median")
         if itl:
-            run.put("output_tps_per_user", out, 1000.0 / itl, f"1 / inter_token_latency_ms {key}")
+            caveat = per_user.aggregate_caveat("a median over token gaps")
+            run.put("output_tps_per_user", "p50", 1000.0 / itl, "1 / inter_token_latency_ms median", caveat)
     ttft, isl = stat("time_to_first_token_ms", "median"), w.input_tokens
     if ttft and isl:
         run.put("prefill_tps_per_user", "p50", isl / (ttft / 1000.0), "mean prompt tokens / median TTFT")
@@ -284,10 +299,11 @@ def parse_vllm_bench(doc: dict, file: str) -> list[Run]:
         if n("total_output_tokens") is not None:
             w.output_tokens = n("total_output_tokens") / completed
     rate = doc.get("request_rate")
-    if rate is not None:
-        w.request_rate = (
-            "unlimited" if rate in ("inf", float("inf")) else f"{number(file, 'request_rate', rate):g} req/s"
-        )
+    if rate in ("inf", float("inf")):
+        w.request_rate = "unlimited"
+    elif rate is not None:
+        w.rate = number(file, "request_rate", rate)
+        w.request_rate = f"{w.rate:g} req/s"
     if w.concurrency is None and n("max_concurrent_requests") is not None:
         w.concurrency, w.concurrency_note = n("max_concurrent_requests"), "observed peak, no limit set"
     backend = doc.get("endpoint_type") or doc.get("backend") or "?"
@@ -301,15 +317,12 @@ def parse_vllm_bench(doc: dict, file: str) -> list[Run]:
             run.put(metric, stat, value)
     per_request = _vllm_lists(doc, file)
     speeds = [(osl - 1) / dec for _, _, osl, dec in per_request if osl > 1 and dec > 0]
-    if speeds:
-        run.put(
-            "output_tps_per_user", "avg", sum(speeds) / len(speeds), "mean of (output_lens - 1) / sum(itls) per request"
-        )
-    else:
+    if not per_user.put_speeds(run, speeds, "--save-detailed output_lens and itls"):
+        # 1 / median TPOT is the median request's speed (TPOT is per request and 1/x monotone)
         tpot = run.metrics.get("tpot", {})
-        for stat, mirrored in (("p50", "p50"), ("p99", "p1"), ("p90", "p10")):
-            if tpot.get(stat) and tpot[stat].value > 0:
-                run.put("output_tps_per_user", mirrored, 1.0 / tpot[stat].value, f"1 / {stat} TPOT")
+        if tpot.get("p50") and tpot["p50"].value > 0:
+            caveat = per_user.aggregate_caveat("the median request's speed (--save-detailed gives the mean)")
+            run.put("output_tps_per_user", "p50", 1.0 / tpot["p50"].value, "1 / p50 TPOT", caveat)
     prefill = [isl / t for t, isl, _, _ in per_request if isl > 0]
     if prefill:
         run.put("prefill_tps_per_user", "avg", sum(prefill) / len(prefill), "mean of input_lens / ttfts per request")
@@ -358,5 +371,6 @@ def load_runs(path: Path) -> list[Run]:
         raise InputError(file, f"not a benchmark export genobs knows; expected one of: {FORMATS}")
     runs = PARSERS[kind](doc, file)
     for run in runs:
+        run.family = kind
         derive_common(run)
     return runs

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from genobs.gates.runs import METRICS, TITLES, Run
+from genobs.gates.sweep import RATE, load, load_text, sweep_axis, sweep_of
 from genobs.gates.thresholds import Level, SpecGates, gate_data
 
 PASS, FAIL, NO_DATA, INFO, NA = "pass", "FAIL", "no data", "info", "n/a"
@@ -25,6 +26,7 @@ class Row:
     note: str = ""
     derived: str = ""
     baseline: float | None = None
+    caveat: str = ""  # the figure is not the statistic genobs defines (e.g. a median for a mean)
 
     @property
     def change(self) -> float | None:
@@ -130,15 +132,20 @@ def _prefill_row(spec: SpecGates, run: Run, kpi: dict, row: Row) -> Row:
 
 
 def run_label(index: int, run: Run) -> str:
-    c = run.workload.concurrency
-    return f"run {index}" + (f" (c={c:g})" if c is not None else "")
+    w = run.workload
+    if w.rate is not None:
+        return f"run {index} ({w.rate:g} req/s)"
+    if w.concurrency is None:
+        return f"run {index}"
+    # a measured mean is rounded and marked: c≈4.2, a configured limit as set: c=4
+    return f"run {index} (c≈{w.concurrency:.1f})" if w.concurrency_note else f"run {index} (c={w.concurrency:g})"
 
 
 def _degradation_row(run: Run, kpi: dict, stat: str, base: Run | None, base_label: str) -> Row:
     factor = gate_data()["rules"]["degradation_vs_baseline"]["max_factor"]
     row = Row("", f"{TITLES[kpi['metric']]} ({stat}) vs {base_label}", None, "x", f"≤ {factor:g}×")
     if base is None:
-        row.verdict, row.note = NA, "needs --baseline RESULT or a concurrency sweep"
+        row.verdict, row.note = NA, "needs --baseline RESULT or a sweep"
         return row
     if base is run:
         row.verdict, row.note = NA, "this run is the reference"
@@ -193,26 +200,20 @@ def workload_warnings(run: Run, use_case: str) -> list[str]:
 def _match(run: Run, baseline: list[Run]) -> Run | None:
     if len(baseline) == 1:
         return baseline[0]
-    same = [b for b in baseline if b.workload.concurrency == run.workload.concurrency]
+    axis = RATE if run.workload.rate is not None else "concurrency"
+    same = [b for b in baseline if load(b, axis) == load(run, axis)]
     return same[0] if len(same) == 1 else None
-
-
-def sweep_of(runs: list[Run]) -> list[Run]:
-    """Runs ordered by concurrency when they form a sweep (>= 2 distinct known concurrencies), else []."""
-    cs = [r.workload.concurrency for r in runs]
-    if len(runs) < 2 or None in cs or len(set(cs)) != len(cs):
-        return []
-    return sorted(runs, key=lambda r: r.workload.concurrency)
 
 
 def _rises_row(sweep: list[Run], kpi: dict) -> Row:
     min_gain = gate_data()["rules"]["rises_with_concurrency"]["min_gain"]
     metric = kpi["metric"]
-    c = [r.workload.concurrency for r in sweep]
-    label = f"sweep, concurrency {c[0]:g}..{c[-1]:g}" if sweep else "sweep"
-    row = Row(label, f"{TITLES[metric]} rises with concurrency", None, "%", f"each step ≥ +{min_gain:.0%}")
+    axis = sweep_axis(sweep) or "concurrency"
+    c = [load(r, axis) or 0.0 for r in sweep]
+    label = f"sweep, {axis} {c[0]:g}..{c[-1]:g}" if sweep else "sweep"
+    row = Row(label, f"{TITLES[metric]} rises with {axis}", None, "%", f"each step ≥ +{min_gain:.0%}")
     if not sweep:
-        row.verdict, row.note = NA, "needs a sweep: several runs at different concurrency"
+        row.verdict, row.note = NA, "needs a sweep: several runs at different concurrency or request rate"
         return row
     values = [r.get(metric, kpi["stat"]) for r in sweep]
     if None in values:
@@ -222,10 +223,10 @@ def _rises_row(sweep: list[Run], kpi: dict) -> Row:
     stop = next((i for i, g in enumerate(gains) if g < min_gain), None)
     row.value = gains[stop] if stop is not None else min(gains)
     if stop is None:
-        row.verdict, row.note = PASS, f"still rising at concurrency {c[-1]:g}"
+        row.verdict, row.note = PASS, f"still rising at {load_text(c[-1], axis)}"
     else:
         row.verdict = FAIL
-        row.note = f"stops rising above concurrency {c[stop]:g} ({c[stop]:g} -> {c[stop + 1]:g})"
+        row.note = f"stops rising above {load_text(c[stop], axis)} ({c[stop]:g} -> {c[stop + 1]:g})"
     return row
 
 
@@ -233,13 +234,14 @@ def _per_user_ceiling(spec: SpecGates, sweep: list[Run], kpi: dict) -> Row | Non
     level = spec.gate(kpi["alert"])
     if not sweep or level is None:
         return None
+    axis = sweep_axis(sweep) or "concurrency"
     ok = [r for r in sweep if (v := r.get(kpi["metric"], kpi["stat"])) and not level.breached(v[1].value)]
-    best = max((r.workload.concurrency for r in ok), default=None)
+    best = max((load(r, axis) or 0.0 for r in ok), default=None)
     row = Row(
         "sweep",
-        f"highest concurrency with {TITLES[kpi['metric']]} {_pass_text(level, METRICS[kpi['metric']][0])}",
-        best,
-        "",
+        f"highest {axis} with {TITLES[kpi['metric']]} {_pass_text(level, METRICS[kpi['metric']][0])}",
+        None if best is None else round(best, 1),
+        "req/s" if axis == RATE else "",
         verdict=INFO,
     )
     row.note = "no run meets it" if best is None else ""
@@ -259,7 +261,8 @@ def evaluate(spec: SpecGates, runs: list[Run], baseline: list[Run] | None = None
             if kpi.get("rule") == "degradation_vs_baseline":
                 stat = kpi["stat"][0]
                 ref = base if base is not None else (sweep[0] if sweep else None)
-                label = "baseline" if base is not None or ref is None else f"concurrency {ref.workload.concurrency:g}"
+                axis = sweep_axis(sweep) or "concurrency"
+                label = "baseline" if base is not None or ref is None else load_text(load(ref, axis) or 0.0, axis)
                 row = _degradation_row(run, kpi, stat, ref, label)
                 row.run = run_label(index, run)
                 rows.append(row)
@@ -268,6 +271,7 @@ def evaluate(spec: SpecGates, runs: list[Run], baseline: list[Run] | None = None
             stat = found[0] if found else kpi["stat"][0]
             row = Row(run_label(index, run), _kpi_name(metric, stat), found[1].value if found else None, unit)
             row.derived = found[1].derived if found else ""
+            row.caveat = found[1].caveat if found else ""
             if base is not None and (b := base.get(metric, [stat])):
                 row.baseline = b[1].value
             if kpi.get("rule") == "prefill_for_reference_input":

@@ -27,13 +27,15 @@ def _pyplot():
 def sweep_chart(
     path: Path,
     concurrency: list[float],
+    xlabel: str,
     system: list[float | None],
     per_user: list[float | None],
     threshold: float | None,
     threshold_label: str,
     title: str,
 ) -> None:
-    """System output tok/s (left axis) and output tok/s/user (right axis) against concurrency."""
+    """System output tok/s (left axis) and output tok/s/user (right axis) against the swept load
+    (concurrency or request rate, named by xlabel)."""
     plt = _pyplot()
     fig, left = plt.subplots(figsize=(8, 4.8), dpi=100)
     right = left.twinx()
@@ -47,7 +49,7 @@ def sweep_chart(
         left.set_xscale("log", base=2)
     left.set_xticks(concurrency)
     left.set_xticklabels([f"{c:g}" for c in concurrency])
-    left.set_xlabel("concurrency (sessions)")
+    left.set_xlabel(xlabel)
     left.set_ylabel("system output tok/s (all sessions)", color="tab:blue")
     right.set_ylabel("output tok/s per user", color="tab:orange")
     left.set_ylim(bottom=0)

@@ -56,6 +56,7 @@ class InputError(Exception):
 class Stat:
     value: float
     derived: str = ""  # how genobs computed it; empty when the tool exported it
+    caveat: str = ""  # why it is not the statistic genobs defines (e.g. a median where the gate means a mean)
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Workload:
     concurrency: float | None = None
     concurrency_note: str = ""  # e.g. "measured mean" when no limit was configured
     request_rate: str | None = None  # configured arrival rate, when the run used one
+    rate: float | None = None  # the same in req/s, None for an unlimited rate
     duration_s: float | None = None
     requests: float | None = None
     failed: float | None = None
@@ -79,11 +81,12 @@ class Run:
     workload: Workload
     metrics: dict[str, dict[str, Stat]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    family: str = ""  # the export format (aiperf, guidellm, vllm): picks the tool's names for genobs' terms
 
-    def put(self, metric: str, stat: str, value: float | None, derived: str = "") -> None:
+    def put(self, metric: str, stat: str, value: float | None, derived: str = "", caveat: str = "") -> None:
         if value is None or metric not in METRICS:
             return
-        self.metrics.setdefault(metric, {})[stat] = Stat(float(value), derived)
+        self.metrics.setdefault(metric, {})[stat] = Stat(float(value), derived, caveat)
 
     def get(self, metric: str, stats: tuple[str, ...] | list[str]) -> tuple[str, Stat] | None:
         have = self.metrics.get(metric, {})
@@ -91,6 +94,15 @@ class Run:
             if s in have:
                 return s, have[s]
         return None
+
+
+def concurrency_text(w: Workload) -> str:
+    """A configured limit as written, a measured mean rounded: 4, or 4.2 (measured mean)."""
+    if w.concurrency is None:
+        return ""
+    if not w.concurrency_note:
+        return f"{w.concurrency:g}"
+    return f"{w.concurrency:.1f} ({w.concurrency_note})"
 
 
 def number(file: str, where: str, value: object) -> float | None:

@@ -13,7 +13,12 @@ migrator produces for SCHEMA_VERSION, so loading it runs no migration:
   false` over pre-bucketed series, `yAxis.unit`), not the legacy one grafanalib writes;
 - no legacy keys: `rows`, `style`, `sharedCrosshair`, `hideControls`, panel `span`,
   `height`, `minSpan`, `error`, target `intervalFactor`, `step`, `metric`, `query`,
-  `target`, and no null-valued fields, which Grafana drops when it saves.
+  `target`, a variable's `current.tags`, a row's `hideTimeOverride` and `transparent`,
+  and no null-valued fields (`fieldConfig.defaults.decimals/min/max`, an unset variable's
+  `current`), which Grafana drops when it saves.
+
+tests/test_grafana_schema.py type-checks the result against Grafana's own `Dashboard` type
+(@grafana/schema) and lists the few places where that type is stricter than Grafana.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ BUILT_IN_ANNOTATION = {
 }
 DASHBOARD_DROP = ("rows", "style", "sharedCrosshair", "hideControls", "gnetId", "__inputs")
 PANEL_DROP = ("span", "height", "minSpan", "error", "editable", "cacheTimeout", "maxPerRow", "heatmap")
+# a row is a layout element: grafanalib gives it panel display keys no row has in Grafana's schema
+ROW_DROP = ("datasource", "targets", "fieldConfig", "options", "transformations", "maxDataPoints", "links")
+ROW_DROP += ("hideTimeOverride", "transparent")
 TARGET_DROP = ("intervalFactor", "step", "metric", "query", "target")
 LEGACY_HEATMAP = (
     "cards",
@@ -97,21 +105,19 @@ def _heatmap(p: dict) -> dict:
 def _panel(p: dict) -> dict:
     out = {k: v for k, v in _no_nulls(p).items() if k not in PANEL_DROP}
     if out["type"] == "row":
-        out.pop("datasource", None)
-        out.pop("targets", None)
-        out.pop("fieldConfig", None)
-        out.pop("options", None)
-        out.pop("transformations", None)
-        out.pop("maxDataPoints", None)
-        out.pop("links", None)
+        for key in ROW_DROP:
+            out.pop(key, None)
         out["panels"] = [_panel(c) for c in out.get("panels", [])]  # a collapsed row holds its panels
         return out
     if out["type"] == "heatmap":
         out = _heatmap(out)
     out["datasource"] = dict(PROMETHEUS)
     out["targets"] = [_target(t) for t in out.get("targets", [])]
-    out.setdefault("fieldConfig", {"defaults": {}, "overrides": []})
-    out["fieldConfig"].setdefault("overrides", [])
+    config = dict(out.get("fieldConfig") or {})
+    defaults = _no_nulls(config.get("defaults") or {})  # grafanalib writes decimals/min/max: null
+    if isinstance(defaults.get("custom"), dict):
+        defaults["custom"] = _no_nulls(defaults["custom"])  # axisSoftMin/axisSoftMax: null
+    out["fieldConfig"] = {**config, "defaults": defaults, "overrides": config.get("overrides", [])}
     return out
 
 
@@ -119,6 +125,11 @@ def _variable(v: dict) -> dict:
     out = _no_nulls(v)
     for legacy in ("tagValuesQuery", "tagsQuery", "useTags", "tags"):
         out.pop(legacy, None)
+    current = {k: v for k, v in _no_nulls(out.get("current") or {}).items() if k != "tags"}
+    if "text" in current and "value" in current:
+        out["current"] = current
+    else:  # no default chosen: Grafana picks one when the variable first loads
+        out.pop("current", None)
     if out.get("type") == "query":
         out["datasource"] = dict(PROMETHEUS)
         # query variables store their query as an object since schema 36's variable refs
