@@ -634,7 +634,11 @@ class ReplicaSeries:
                 self._hist(key, labels, n, Dist.of(p[key]))
             for key, d in derived.items():
                 self._hist(key, labels, n, d)
-            self._hist("tpot", labels, n, tpot_d)
+            # vLLM observes a TPOT of 0 for a request that generated a single token (no decode)
+            single = out_d.cdf(1.0)
+            if single > 0:
+                self._hist("tpot", labels, n * single, Dist.of(0.0))
+            self._hist("tpot", labels, n * (1 - single), tpot_d)
             self._hist("prompt_tokens", labels, n, prompt_d)
             self._hist("output_tokens", labels, n, out_d)
             steps = n * max(out_d.mean() - 1, 0.0) / tps  # decode steps: one ITL observation each

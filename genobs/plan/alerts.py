@@ -266,6 +266,10 @@ def _outlier(
 
 
 MIN_PEERS = 3
+# tokens per request against the model's average over TOKENS_BASELINE, ending TOKENS_BASELINE_OFFSET
+# ago: the offset keeps the first half hour of a collapse out of its own baseline
+TOKENS_BASELINE = "6h"
+TOKENS_BASELINE_OFFSET = "30m"
 
 
 def waiting_floor(levels: dict[str, float]) -> float:
@@ -332,6 +336,11 @@ class AlertBuilder:
                 return None  # feature off, or a version without per-position counts (see plan notes)
             series = r.ref("spec_alpha")
             return f"{series} {op} {t} {self._traffic_gate()}", series, "Speculative-decoding acceptance alpha"
+        if a.name == "VllmOutputTokensCollapsed":
+            # against the model's own recent average: short answers are some workloads' normal
+            series = r.ref("generation_length_mean")
+            baseline = f"avg_over_time({series}[{TOKENS_BASELINE}] offset {TOKENS_BASELINE_OFFSET})"
+            return f"{series} {op} {t} * {baseline} {self._traffic_gate()}", series, "Generation length distribution"
         if a.name == "VllmKvCacheSaturated":
             # KV usage of the engines with requests waiting (paired per engine in the recording rule)
             series = r.ref("replica_kv_cache_usage_queueing")

@@ -151,8 +151,10 @@ def _tokens(r: Recorder) -> None:
         "mean",
         q.ratio(ctx.sum_rate("generation_length", "_sum"), r.count("generation_length")),
     )
-    # per-user speeds: tokens per second one request stream sees (tok/s/user)
-    r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", output_speed(r))
+    # per-user speeds: tokens per second one request stream sees (tok/s/user); 0 where requests
+    # finish but none decodes a second token (every answer empty), not a missing series
+    silent = f"({r.ref('finished')} > 0 and {q.on(g)} {r.ref('generation_length_mean')} <= 1) * 0"
+    r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", f"{output_speed(r)} or {silent}")
     r.add(
         "prefill_speed_per_user",
         "prefill_speed_per_user",

@@ -18,6 +18,7 @@ from genobs.plan.liveness import capacity_labels, pool_label, replica_labels
 from genobs.plan.model import AlertRule, RuleGroup
 from genobs.plan.recording import Recorder
 from genobs.testgen.humanize import expand
+from genobs.testgen.unittests_baseline import BASELINE_ALERTS, baseline_tests
 from genobs.testgen.unittests_fleet import (
     EVALUATION_STEP,
     INPUT_INTERVAL,
@@ -231,6 +232,8 @@ class _Planner:
         """Firing cases of one alert: the mildest fault for each set of severities it can fire,
         ending with the one that fires every severity."""
         rules = self.by_name[name]
+        if name in BASELINE_ALERTS:
+            return []  # unittests_baseline: its own file, hours of history
         probe = self.probe(name)
         if probe is None:
             self.notes.append(f"{name}: no scenario known for this alert")
@@ -397,6 +400,9 @@ def build_unit_tests(
     files = [("healthy.test.yaml", p.document([p.healthy_group(cases)]))]
     if cases:
         files.insert(0, ("alerts.test.yaml", p.document([p.pack_group(pack) for pack in p.pack(cases)])))
+    alert_group = next(g for g in groups if g.name == naming.group(spec_name, "alerts"))
+    labels = {k: p.env.ident.engine[k] for k in ctx.group}
+    files += baseline_tests(ctx, rec.names, alert_group, labels, spec_name)
     return tuple(files), p.notes
 
 
