@@ -168,6 +168,7 @@ def test_generated_capacity_tests_cover_every_capacity_alert():
              for a in g["rules"] if "alert" in a}
     assert names == {
         "VllmGoodputBelowObjective",
+        "VllmGoodputUnavailable",
         "VllmSystemEfficiencyLow",
         "VllmTtftDegradedVsBaseline",
         "VllmAutoscalerAtMaxReplicas",

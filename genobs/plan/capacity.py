@@ -14,13 +14,13 @@ from genobs import naming
 from genobs import promql as q
 from genobs.plan import capacity_gpu
 from genobs.plan.alerts import format_threshold, labels_template, runbook_entries
+from genobs.plan.capacity_goodput import goodput
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, Row, RunbookEntry
 from genobs.plan.recording import Recorder
 from genobs.spec_capacity import Autoscaling, Capacity, Degradation, Gpu
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
 
-BAD_REASONS = ("abort", "error")  # finishes that do not count as served (the availability SLO's default)
 P99 = (("quantile", "=", "0.99"),)
 
 
@@ -151,99 +151,6 @@ class Builder:
                 query=query,
                 panel=panel,
             )
-        )
-
-
-def _successful(b: Builder) -> str:
-    """Finished requests/s that were not aborted and did not fail."""
-    ctx = b.ctx
-    bad = [r for r in BAD_REASONS if r in ctx.catalog.reasons_for(ctx.version)]
-    failed = q.sum_by(ctx.group, b.rec.ref("finish_by_reason", (("finished_reason", "=~", "|".join(bad)),)))
-    return f"{b.rec.ref('finished')} - ({failed} or ({b.rec.ref('finished')} * 0))"
-
-
-def goodput(b: Builder, cap: Capacity) -> None:
-    g = cap.goodput
-    if g is None:
-        return
-    ctx = b.ctx
-    w = ctx.window
-    parts: list[tuple[str, str]] = []
-    for key, bound in (("ttft", g.ttft), ("tpot", g.tpot)):
-        if bound is None:
-            continue
-        le = (q.le_matcher(parse_seconds(bound)),)
-        name = b.add(
-            f"goodput_{key}",
-            naming.record(f"goodput_{key}_requests", naming.rate_op("rate", w)),
-            q.sum_by(ctx.group, ctx.rate(key, "_bucket", le)),
-        )
-        parts.append((key, b.ctx.recorded(name)))
-    if parts:
-        succ = b.add("goodput_successful", naming.record("requests_served", naming.rate_op("rate", w)), _successful(b))
-        parts.append(("served", ctx.recorded(succ)))
-        union = " or ".join(
-            sel if i == 0 else f'label_replace({sel}, "part", "{part}", "", "")' for i, (part, sel) in enumerate(parts)
-        )
-        # a request good on every bound is counted in every part: at most the smallest part
-        b.add("goodput_upper", naming.record("goodput_requests", naming.rate_op("upper", w)), f"min {q.by(ctx.group)} ({union})")
-        # and at least what the parts must share: sum of parts - (parts - 1) x finished
-        total = " + ".join(sel for _, sel in parts)
-        lower = f"clamp_min({total} - {len(parts) - 1} * {b.rec.ref('finished')}, 0)"
-        b.add("goodput_lower", naming.record("goodput_requests", naming.rate_op("lower", w)), lower)
-        for bound in ("upper", "lower"):
-            b.add(
-                f"goodput_{bound}_ratio",
-                naming.record("goodput", naming.rate_op(f"{bound}_ratio", w)),
-                q.ratio(b.ref(f"goodput_{bound}"), b.rec.ref("finished")),
-            )
-            # tokens of good requests are not counted apart: assume they have the mean output length
-            b.add(
-                f"goodput_{bound}_tokens",
-                naming.record("goodput_output_tokens", naming.rate_op(bound, w)),
-                f"{b.ref(f'goodput_{bound}')} * {b.rec.ref('generation_length_mean')}",
-            )
-    labels: tuple[str, ...] = ()
-    const: tuple[tuple[str, str], ...] = ()
-    if g.gateway is not None:
-        gw = g.gateway
-        b.known |= {gw.good, gw.total}
-        labels = tuple(label for label in ctx.variables if label == "model_name")
-        matchers = tuple((k, "=", v) for k, v in gw.selector.items())
-        # the gateway's series carry its own job; the spec's selector labels are set on the result
-        const = tuple((k, v) for k, v in ctx.selector if k in ctx.group)
-        good = b.add(
-            "goodput_gateway",
-            naming.record("goodput_gateway_requests", naming.rate_op("rate", w)),
-            q.sum_by(labels, q.rate(q.selector(gw.good, matchers), w)),
-            const,
-        )
-        total = q.sum_by(labels, q.rate(q.selector(gw.total, matchers), w))
-        b.add(
-            "goodput_gateway_ratio",
-            naming.record("goodput_gateway", naming.rate_op("ratio", w)),
-            q.ratio(ctx.recorded(good), total),
-            const,
-        )
-    if g.objective is not None:
-        objective = parse_ratio(g.objective)
-        gate, label_text = b.gate(), None
-        if g.gateway is not None:
-            series = b.ref("goodput_gateway_ratio")
-            kept = (*labels, *(k for k, _ in const))
-            finished = q.sum_by(kept, b.rec.ref("finished"))
-            gate = f"and {q.on(kept)} {finished} >= {ctx.min_request_rate:g}"
-            label_text = labels_template(kept)
-        else:
-            series = b.ref("goodput_upper_ratio")
-        b.alert(
-            "VllmGoodputBelowObjective",
-            f"{series} < {objective:g} {gate}",
-            objective,
-            g.for_,
-            series,
-            "Goodput share",
-            label_text=label_text,
         )
 
 

@@ -46,6 +46,7 @@ class State:
     hpa: tuple[int, int] = (1, 1)  # kube-state-metrics: current and max replicas
     gpu_util: int = 50  # DCGM utilisation (%) of both GPUs of the pod
     fb_used: tuple[int, int] = (0, 0)  # DCGM framebuffer used (MiB) of GPU 0 and 1; total FB_TOTAL
+    missing: str = ""  # histogram (ttft, tpot) whose bucket at the goodput bound is not exported
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -75,11 +76,14 @@ class _Gen:
     def counter(self, per_second: float) -> str:
         return f"0+{_num(per_minute(per_second, len(self.ident.ranks)))}x{self.minutes}"
 
-    def histogram(self, key: str, bound: float, ok: int, total: int) -> list[dict]:
-        """Requests within `bound` in its bucket, the others above every finite bucket."""
+    def histogram(self, key: str, bound: float, ok: int, total: int, missing: bool = False) -> list[dict]:
+        """Requests within `bound` in its bucket, the others above every finite bucket (`missing`:
+        the engine runs with custom buckets that leave `bound` out)."""
         name = self.ctx.metric(key, "_bucket")
         out = []
         for upper in (*self.ctx.catalog.metric(key).buckets_for(self.ctx.version), math.inf):
+            if missing and abs(upper - bound) < 1e-12:
+                continue
             count = total if math.isinf(upper) else (ok if upper >= bound - 1e-12 else 0)
             for rank in self.ident.ranks:
                 out.append(_series(name, self.engine(rank, le=floatToGoString(upper)), self.counter(count)))
@@ -99,9 +103,9 @@ class _Gen:
                 )
         g = self.cap.settings.goodput
         if g is not None and g.ttft is not None:
-            out += self.histogram("ttft", parse_seconds(g.ttft), s.ttft_ok, s.finished)
+            out += self.histogram("ttft", parse_seconds(g.ttft), s.ttft_ok, s.finished, s.missing == "ttft")
         if g is not None and g.tpot is not None:
-            out += self.histogram("tpot", parse_seconds(g.tpot), s.tpot_ok, s.finished)
+            out += self.histogram("tpot", parse_seconds(g.tpot), s.tpot_ok, s.finished, s.missing == "tpot")
         if g is not None and g.gateway is not None:
             labels = dict(g.gateway.selector)
             if "model_name" in ctx.variables:
@@ -223,6 +227,10 @@ def build_capacity_tests(
             kept = [k for k in ctx.group if k == "model_name" or k in dict(ctx.selector)]
             fault_labels = {k: labels[k] for k in kept}
         faults.append(("VllmGoodputBelowObjective", fault, good / finished, fault_labels))
+    if "VllmGoodputUnavailable" in alerts and g is not None:
+        # every request misses TTFT, but the bucket that would count it is not exported
+        fault = replace(healthy, ttft_ok=0, missing="ttft" if g.ttft is not None else "tpot")
+        faults.append(("VllmGoodputUnavailable", fault, float(finished), labels))
     longest = max([_minutes(alerts[name].for_) for name, *_ in faults] or [0])
     minutes = on_step(window + longest + MARGIN_MINUTES)
     gen = _Gen(ctx, cap, ident, minutes)
