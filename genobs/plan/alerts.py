@@ -222,8 +222,9 @@ LATENCY_ALERTS = {
 
 
 def _hung(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
-    series = b.rec.ref("engine_active")
-    return liveness.hung_replicas(b.rec), series, "Replica liveness"
+    # compared: the requests held on the replica's hung engines (its value), not all it holds
+    expr = liveness.hung_replicas(b.rec)
+    return expr, expr, "Replica liveness"
 
 
 def _no_progress(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:

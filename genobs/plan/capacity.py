@@ -94,6 +94,7 @@ class Builder:
     alerts: list[AlertRule] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)
     known: set[str] = field(default_factory=set)  # raw series from other exporters (DCGM, kube-state-metrics, gateway)
+    confirm: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # alert -> per-instance queries
 
     def add(self, key: str, name: str, expr: str, labels: tuple = ()) -> str:
         self.rules.append(RecordingRule(record=name, expr=expr, labels=labels))
@@ -286,7 +287,7 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
     return CapacityPlan(
         rules=(*b.rules, *b.alerts),
         rows=tuple(r for r in rows if r is not None and r.panels),
-        runbook=runbook_entries(b.alerts, capacity_data()),
+        runbook=runbook_entries(b.alerts, capacity_data(), lambda alert: b.confirm.get(alert, ())),
         known=frozenset(b.known),
         names=names,
         settings=cap,

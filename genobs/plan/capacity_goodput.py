@@ -125,3 +125,7 @@ def _unavailable(b: Builder, buckets: list[tuple[str, str]]) -> None:
     texts = {"bounds": ", ".join(text for _, text in buckets)}
     expr = f"{finished} >= {b.ctx.min_request_rate:g} unless {q.on(g)} ({present})"
     b.alert("VllmGoodputUnavailable", expr, None, "10m", finished, "Goodput share", texts=texts)
+    b.confirm["VllmGoodputUnavailable"] = tuple(
+        (f"{text} series per instance (none: that instance's buckets leave the bound out)", f"count by (instance) ({sel})")
+        for sel, text in buckets
+    )

@@ -122,6 +122,10 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         # every pool finishes requests (prefill legs too): per replica, all of them count
         finished = q.sum_by(labels, q.rate(ctx.raw("request_success", all_roles=True), ctx.window))
         return ((f"preemptions per finished request {_where(labels)}", q.ratio(_rate(ctx, "preemptions"), finished)),)
+    if alert == "VllmOutputTokensCollapsed":
+        labels = replica_labels(ctx, "generation_length")
+        mean = q.ratio(_rate(ctx, "generation_length", "_sum"), _rate(ctx, "generation_length", "_count"))
+        return ((f"output tokens per finished request {_where(labels)}", mean),)
     if alert == "VllmRequestsWaitingHigh":
         return (_waiting(ctx),)
     if alert == "VllmReplicaQueueOutlier":
