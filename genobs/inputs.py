@@ -1,7 +1,7 @@
 """The one input discipline of every command that reads untrusted bytes (specs,
 benchmark exports, Prometheus answers): regular files only, read up to a byte cap,
 and JSON parsed strictly with its cost bounded before any object is built
-(containers and values counted first, duplicate keys refused, huge integers refused).
+(containers, values and strings counted first, duplicate keys refused, huge integers refused).
 Callers turn `Unreadable` into their own located error."""
 
 from __future__ import annotations
@@ -64,12 +64,19 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 MAX_INT_DIGITS = 30  # integers past this are no count or time anyone measured
 
 
-def json_cost(raw: bytes) -> tuple[int, int]:
-    """(containers, values) of a JSON text, counted on its bytes (strings skipped)
-    without building anything: an upper bound of what json.loads would allocate."""
-    bare = _STRING.sub(b'""', raw) if b'"' in raw else raw
-    containers = bare.count(b"{") + bare.count(b"[")
-    return containers, containers + bare.count(b",") + 1
+def json_cost(raw: bytes) -> tuple[int, int, int]:
+    """(containers, values, strings) a JSON text would build, counted on its bytes without
+    building anything. Upper bounds first (every brace, comma and quote); only when those
+    are large are the ones inside strings taken off, from the strings' own bytes."""
+    containers, commas, strings = raw.count(b"{") + raw.count(b"["), raw.count(b","), raw.count(b'"') // 2
+    return containers, containers + commas + 1, strings
+
+
+def _exact(raw: bytes) -> tuple[int, int]:
+    """(containers, values) without the braces and commas inside strings."""
+    inside = b"".join(_STRING.findall(raw))
+    containers = raw.count(b"{") + raw.count(b"[") - inside.count(b"{") - inside.count(b"[")
+    return containers, containers + raw.count(b",") - inside.count(b",") + 1
 
 
 def _pairs(pairs: list[tuple[str, object]]) -> dict:
@@ -91,9 +98,13 @@ def _constant(name: str) -> float:
     return float(name)  # NaN and Infinity pass through; number checks refuse them with their field
 
 
-def load_json(raw: bytes, max_containers: int, max_values: int) -> object:
+def load_json(raw: bytes, max_containers: int, max_values: int, max_strings: int) -> object:
     """The parsed document, or Unreadable when it is not strict JSON or would cost more than the caps."""
-    containers, values = json_cost(raw)
+    containers, values, strings = json_cost(raw)
+    if strings > max_strings:
+        raise Unreadable(f"holds more than {max_strings:,} strings; too large to be what it claims")
+    if containers > max_containers or values > max_values:
+        containers, values = _exact(raw)
     if containers > max_containers:
         raise Unreadable(f"holds more than {max_containers:,} objects and lists; too large to be what it claims")
     if values > max_values:

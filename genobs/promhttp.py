@@ -183,9 +183,8 @@ def fetch(server: Server, path: str, body: str = "", post: bool = False) -> tupl
 
 def _json(raw: bytes, path: str) -> object:
     """The parsed answer, None when it is not JSON; PrometheusError when it is too large to build."""
-    many = MAX_NAMES if path.startswith("label/") else 4 * MAX_SERIES
     try:
-        return load_json(raw, 4 * MAX_SERIES, many)
+        return load_json(raw, 4 * MAX_SERIES, 2 * MAX_NAMES, MAX_NAMES)
     except Unreadable as exc:
         if exc.message.startswith("holds more than"):
             raise PrometheusError(f"the answer {exc.message}; ask a narrower question") from None

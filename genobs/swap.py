@@ -25,7 +25,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>new|old)-[A-Za-z0-9_]+")
+_TOKEN_BYTES = 6
+# what new_folder and swap name their folders: exactly this shape, a token of 12 hex digits
+_LEFTOVER = re.compile(rf"\.(?P<name>.+)\.(?P<kind>new|old)-[0-9a-f]{{{2 * _TOKEN_BYTES}}}")
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
 
 
@@ -82,7 +84,7 @@ def atomic_exchange_supported(directory: Path) -> bool:
 def new_folder(parent: Path, name: str, kind: str) -> Path:
     """An empty `.<name>.<kind>-<token>` folder; mkdir applies the umask (mkdtemp's 0700 would not)."""
     for _ in range(100):
-        path = parent / f".{name}.{kind}-{secrets.token_hex(6)}"
+        path = parent / f".{name}.{kind}-{secrets.token_hex(_TOKEN_BYTES)}"
         try:
             path.mkdir(mode=0o777)
             return path
@@ -108,12 +110,21 @@ def locked(directory: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def recover(parent: Path) -> list[str]:
+def _own(path: Path, marker: str) -> bool:
+    """A leftover genobs can prove it made: its name and token, and its marker file inside
+    (a staging folder that died before its first file is empty: nothing to lose)."""
+    if not _LEFTOVER.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
+        return False
+    return (path / marker).is_file() or not any(path.iterdir())
+
+
+def recover(parent: Path, marker: str) -> list[str]:
     """Under the lock: move back an `.old-` folder whose target is missing (a crash
-    between the fallback's two renames), delete every other leftover. Returns what
-    was restored."""
+    between the fallback's two renames), delete every other leftover. Only folders
+    `_own` proves are genobs' are touched; anything else shaped like one stays.
+    Returns what was restored."""
     restored = []
-    leftovers = sorted(p for p in parent.iterdir() if _LEFTOVER.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
+    leftovers = sorted(p for p in parent.iterdir() if _own(p, marker))
     for p in leftovers:
         m = _LEFTOVER.fullmatch(p.name)
         assert m is not None
@@ -133,7 +144,7 @@ def swap(staged: Path, target: Path) -> None:
         return
     if exchange(staged, target):
         return
-    old = target.parent / f".{target.name}.old-{secrets.token_hex(6)}"
+    old = target.parent / f".{target.name}.old-{secrets.token_hex(_TOKEN_BYTES)}"
     os.rename(target, old)  # the fallback's window: target is missing until the next rename
     os.rename(staged, target)
     os.rename(old, staged)
@@ -145,7 +156,7 @@ def unswap(staged: Path, target: Path, existed: bool) -> None:
         os.rename(target, staged)
     elif not exchange(staged, target):
         # .old- so that a crash here restores a whole folder (the new one) as target
-        tmp = target.parent / f".{target.name}.old-{secrets.token_hex(6)}"
+        tmp = target.parent / f".{target.name}.old-{secrets.token_hex(_TOKEN_BYTES)}"
         os.rename(target, tmp)
         os.rename(staged, target)
         os.rename(tmp, staged)

@@ -186,7 +186,7 @@ def replace_dirs(
     with contextlib.ExitStack() as stack:
         for parent in parents:
             stack.enter_context(locked(parent))
-            recover(parent)
+            recover(parent, MARKER)
         refused = [f"{t}: {why}" for t in targets if (why := foreign(t))]
         if refused and not force:
             raise WriteRefused(refused)

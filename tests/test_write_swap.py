@@ -146,15 +146,38 @@ def test_leftovers_of_a_killed_build_are_cleaned_or_restored(tmp_path: Path):
     good = files(out / "chat")
     # a staging folder half written, and the old content moved aside just before the
     # second rename of the fallback swap: the visible folder is gone
-    (out / ".chat.new-abc123" / "prometheus").mkdir(parents=True)
-    (out / ".chat.new-abc123" / "prometheus" / "half.yaml").write_text("gro")
-    os.rename(out / "chat", out / ".chat.old-def456")
+    (out / ".chat.new-0123456789ab" / "prometheus").mkdir(parents=True)
+    (out / ".chat.new-0123456789ab" / ".genobs").write_text("written first\n")
+    (out / ".chat.new-0123456789ab" / "prometheus" / "half.yaml").write_text("gro")
+    (out / ".chat.new-abcdefabcdef").mkdir()  # killed before its first file
+    os.rename(out / "chat", out / ".chat.old-def456def456")
     r = CliRunner().invoke(main, ["check", str(SPEC), "-o", str(out)])
     assert r.exit_code == 1  # before the next build out/chat/ is missing, check says so
     r = CliRunner().invoke(main, ["build", str(SPEC), "-o", str(out), "--no-check"])
     assert r.exit_code == 0, r.output
     assert files(out / "chat") == good
     assert sorted(p.name for p in out.iterdir()) == ["chat"]
+
+
+def test_hidden_folders_genobs_did_not_make_are_left_alone(tmp_path: Path):
+    """Only leftovers with genobs' name, token and marker are deleted or restored."""
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = {
+        ".chat.old-backup": "a user's backup, shaped like a leftover",
+        ".chat.new-0123456789ab": "right name and token, but not genobs' content",
+        ".notes.old-aaaaaaaaaaaa": "another tool's folder",
+        ".missing.old-bbbbbbbbbbbb": "its target does not exist: not restored without the marker",
+    }
+    for name, text in mine.items():
+        (out / name).mkdir()
+        (out / name / "keep.txt").write_text(text)
+    r = CliRunner().invoke(main, ["build", str(SPEC), "-o", str(out), "--no-check"])
+    assert r.exit_code == 0, r.output
+    for name, text in mine.items():
+        assert (out / name / "keep.txt").read_text() == text, name
+    assert not (out / "missing").exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted([*mine, "chat"])
 
 
 # --- multi-spec: all or nothing ------------------------------------------------------------------

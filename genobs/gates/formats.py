@@ -19,6 +19,7 @@ from genobs.gates.runs import (
     MAX_BYTES,
     MAX_CONTAINERS,
     MAX_RUNS,
+    MAX_STRINGS,
     MAX_VALUES,
     METRICS,
     InputError,
@@ -358,7 +359,7 @@ def load_runs(path: Path) -> list[Run]:
         raw = read_regular(path, MAX_BYTES + 1, "export", "a benchmark export is a regular JSON file")
         if len(raw) > MAX_BYTES:
             raise Unreadable(f"larger than {MAX_BYTES // (1024 * 1024)} MiB; not a benchmark export")
-        doc = load_json(raw, MAX_CONTAINERS, MAX_VALUES)
+        doc = load_json(raw, MAX_CONTAINERS, MAX_VALUES, MAX_STRINGS)
     except Unreadable as exc:
         raise InputError(file, exc.message) from None
     del raw  # the bytes are not needed while the runs are built

@@ -44,8 +44,9 @@ TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 
 MAX_BYTES = 256 * 1024 * 1024  # vllm bench keeps generated texts; a bigger file is not a benchmark export
 # what json.loads may build from one export: a detailed vllm run holds one itls list per request
 # and one float per token; these keep a 256 MiB export's memory a small multiple of its size
-MAX_CONTAINERS = 2_000_000
+MAX_CONTAINERS = 1_000_000
 MAX_VALUES = 16_000_000
+MAX_STRINGS = 4_000_000  # keys included (json.loads shares repeated keys, so they cost little)
 MAX_RUNS = 256  # runs across every input of one command: a sweep is a handful
 
 
