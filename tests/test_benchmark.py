@@ -414,3 +414,15 @@ def test_names_from_an_export_cannot_forge_lines_or_hide_the_table(tmp_path: Pat
     assert "<!--" not in md.stdout and "\\<\\!--" in md.stdout and "\\`\\*x\\*\\`" in md.stdout
     assert "\\| " in md.stdout
     assert [line for line in md.stdout.splitlines() if line.startswith("verdict:")] == [md.stdout.splitlines()[-1]]
+
+
+def test_plot_path_must_be_a_png_file_in_an_existing_folder(tmp_path: Path):
+    for bad, needle in (
+        (tmp_path, "is a folder"),
+        (tmp_path / "x.html", "give a file name ending in .png"),
+        (tmp_path / "nope" / "x.png", "does not exist"),
+    ):
+        result = run(*SWEEP, "--spec", SPECS / "chat.yaml", "--plot", bad)
+        assert result.exit_code == 2 and needle in result.stderr, result.output
+        assert "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -356,3 +356,17 @@ def test_json_stays_strict_when_a_change_overflows():
 
     doc = json.loads(result.stdout, parse_constant=refuse)
     assert any("written as null" in n for n in doc["non_finite"]), doc
+
+
+def test_plot_draws_selectors_with_dollar_signs_and_keeps_the_table(tmp_path: Path):
+    png = tmp_path / "compare.png"
+    sides = ["--baseline", 'model_name=~"a$"', "--candidate", 'model_name=~"^b$|c$"', "--window", "5m"]
+    with _answering(lambda expr: "0.5" if "quantile" in expr else "5") as url:
+        result = run(SPEC, "--prometheus", url, *sides, "--plot", png)
+    assert result.exit_code in (0, 1), result.output
+    assert result.stdout.splitlines()[-1].startswith("verdict:")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for bad, needle in ((tmp_path, "is a folder"), (tmp_path / "x.html", "ending in .png")):
+        result = run(SPEC, "--prometheus", "http://127.0.0.1:9", *sides, "--plot", bad)
+        assert result.exit_code == 2 and needle in result.stderr, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compare.png"]

@@ -98,6 +98,13 @@ def benchmark(
     from genobs.gates.runs import MAX_RUNS, InputError
     from genobs.gates.thresholds import load_gates
 
+    if plot_path is not None:
+        from genobs.gates.plot import PlotUnavailable, check_path
+
+        try:
+            check_path(plot_path)
+        except PlotUnavailable as exc:
+            _fail_input(f"error: {exc}")
     if not spec_path.is_file():
         _fail_input(f"{spec_path}: error: no such spec file")
     try:
@@ -115,8 +122,6 @@ def benchmark(
         _fail_input(printable(str(exc)))
     report = evaluate(gates, runs, baseline)
     if plot_path is not None:
-        from genobs.gates.plot import PlotUnavailable
-
         try:
             _plot(report, plot_path)
         except PlotUnavailable as exc:

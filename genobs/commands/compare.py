@@ -244,6 +244,13 @@ def compare(
         tol = parse_tolerance(tolerance)
     except SideError as exc:
         _exit2(f"error: {exc}")
+    if plot_path is not None:
+        from genobs.gates.plot import PlotUnavailable, check_path
+
+        try:
+            check_path(plot_path)
+        except PlotUnavailable as exc:
+            _exit2(f"error: {exc}")
     if not spec_path.is_file():
         _exit2(f"{spec_path}: error: no such spec file")
     try:
@@ -264,6 +271,8 @@ def compare(
     requests = tuple(values[s.name]["requests"] * s.window_s for s in sides)
     rows = judge(gates, queries, values["baseline"], values["candidate"], tol, requests)
     warnings = profile_warnings(rows, tol)
+    # the table first: a chart that cannot be drawn must not lose it
+    click.echo(_render(gates, server.shown, sides, rows, warnings, fmt), nl=False)
     if plot_path is not None:
         from genobs.gates.plot import PlotUnavailable, before_after_chart
 
@@ -276,5 +285,4 @@ def compare(
             before_after_chart(plot_path, judged, f"{gates.name}: {sides[1].text} vs {sides[0].text}")
         except PlotUnavailable as exc:
             _exit2(f"error: {exc}")
-    click.echo(_render(gates, server.shown, sides, rows, warnings, fmt), nl=False)
     sys.exit(1 if failed(rows) else 0)
