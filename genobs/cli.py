@@ -156,6 +156,13 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
         if not s.exists():
             click.echo(f"{s}: error: no such file or folder", err=True)
             sys.exit(2)
+    # the output (or the first of its parents that exists) must be a folder: checked before any work
+    probe = output
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        click.echo(printable(f"{probe}: error: -o needs a folder, and this is not one; nothing was written"), err=True)
+        sys.exit(2)
     pipeline.freeze_imports()
     run_checks = not no_check
     promtool_missing = run_checks and promtool.find() is None

@@ -162,10 +162,14 @@ def foreign(target: Path) -> str | None:
 
 def _stage(parent: Path, name: str, files: dict[str, bytes]) -> Path:
     staging = new_folder(parent, name, "new")
-    for rel, data in sorted(files.items()):
-        path = staging / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)  # open() applies the umask: 0644 by default
+    try:
+        for rel, data in sorted(files.items()):
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)  # open() applies the umask: 0644 by default
+    except BaseException:  # a full disk: the half-written folder goes, not only on the next build
+        remove(staging)
+        raise
     return staging
 
 

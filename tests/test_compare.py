@@ -235,6 +235,16 @@ def test_unreachable_prometheus_is_exit_2(live):
         ),
         (["--baseline", "a=b", "--candidate", "a=c", "--window", "5 m"], "is not a Prometheus duration"),
         (["--baseline", "a=b", "--candidate", "a=c", "--tolerance", "lots"], "--tolerance: 'lots' is not a share"),
+        (["--baseline-time", "nan..now", "--candidate-time", "now-1h..now"], "'nan' is not a time Prometheus can hold"),
+        (["--baseline-time", "now-1h..inf", "--candidate-time", "now-1h..now"], "'inf' is not a time"),
+        (
+            ["--baseline-time", "-99999999999999..-99999999999000", "--candidate-time", "now-1h..now"],
+            "'-99999999999999' is not a time Prometheus can hold",
+        ),
+        (
+            ["--baseline-time", "0001-01-01T00:00:00Z..0001-01-01T01:00:00Z", "--candidate-time", "now-1h..now"],
+            "is before 1970",
+        ),
     ],
 )
 def test_bad_options_exit_2(args: list[str], message: str):

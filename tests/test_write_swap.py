@@ -351,3 +351,59 @@ def test_fallback_without_exchange_still_replaces_whole_folders(tmp_path: Path, 
     writer.replace_dir(target, {"b.yaml": b"2", writer.MARKER: b"m"})
     assert files(target) == {"b.yaml": b"2", writer.MARKER: b"m"}
     assert sorted(p.name for p in target.parent.iterdir()) == ["chat"]
+
+
+# --- check: what is on disk is read as little as possible and never trusted ---------------------
+
+
+def test_check_reports_special_files_and_never_reads_a_file_of_another_size(tmp_path: Path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["build", str(SPEC), "-o", str(out), "--no-check"])
+    assert r.exit_code == 0, r.output
+    runbook = out / "chat" / "RUNBOOK.md"
+    runbook.unlink()
+    os.mkfifo(runbook)  # read, it would block forever
+    (out / "chat" / "loop").symlink_to("loop")
+    os.mkfifo(out / "chat" / "extra\x1b[2K")
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "genobs", "check", str(SPEC), "-o", str(out)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "changed  RUNBOOK.md (not a regular file (a FIFO))" in r.stdout
+    assert "extra    loop" in r.stdout and "extra    extra\\x1b[2K" in r.stdout and "\x1b" not in r.stdout
+    assert time.monotonic() - start < 30
+    for p in (runbook, out / "chat" / "loop", out / "chat" / "extra\x1b[2K"):
+        p.unlink()
+    with runbook.open("wb") as fh:  # 3 GB of holes: compared by size, never read
+        fh.truncate(3 * 2**30)
+    code = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'genobs', 'check', *sys.argv[1:]], capture_output=True, text=True)\n"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
+        "print(r.stdout)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(SPEC), "-o", str(out)], capture_output=True, text=True, timeout=120
+    )
+    first, _, report = r.stdout.partition("\n")
+    rc, peak = map(int, first.split())
+    assert rc == 1 and "changed  RUNBOOK.md" in report, r.stdout + r.stderr
+    assert peak < 400, peak
+
+
+def test_a_disk_full_build_removes_its_staging_folder(tmp_path: Path):
+    """A file-size limit makes a write fail as a full disk does (EFBIG instead of ENOSPC)."""
+    out = tmp_path / "out"
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
+        "from genobs.cli import main\n"
+        "sys.argv = ['genobs', 'build', '--no-check', sys.argv[1], '-o', sys.argv[2]]\n"
+        "main()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(SPEC), str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "File too large" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert list(out.iterdir()) == []  # no .chat.new-... left behind
