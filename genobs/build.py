@@ -226,10 +226,11 @@ class Checks:
 
     def __init__(self, workers: int | None = None):
         import os
-        import tempfile
         import threading
 
-        self._tmp = tempfile.TemporaryDirectory(prefix="genobs-check-")
+        from genobs import scratch
+
+        self._tmp = scratch.make()
         self._queue: list[tuple[float, int, Job, Future]] = []  # a heap: most expensive first
         self._ready = threading.Condition()
         self._closed = False

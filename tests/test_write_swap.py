@@ -407,3 +407,34 @@ def test_a_disk_full_build_removes_its_staging_folder(tmp_path: Path):
     assert r.returncode == 1 and r.stderr.startswith("error: ") and "File too large" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert list(out.iterdir()) == []  # no .chat.new-... left behind
+
+
+def test_the_next_build_removes_check_copies_a_killed_build_left_in_the_temp_folder(tmp_path: Path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)  # that process has exited
+    leftover = temp / f"genobs-check-{dead}-abc123"
+    (leftover / "chat" / "prometheus").mkdir(parents=True)
+    (leftover / ".genobs-check").write_text("marker\n")
+    (leftover / "chat" / "prometheus" / "alerts.rules.yaml").write_text("groups: []\n")
+    kept = {
+        f"genobs-check-{dead}-nomarker": "no marker: not provably genobs'",
+        f"genobs-check-{os.getpid()}-alive": "its owner still runs",
+        "genobs-check-other": "another shape",
+    }
+    for name, text in kept.items():
+        (temp / name).mkdir()
+        if "nomarker" not in name:
+            (temp / name / ".genobs-check").write_text(text)
+        (temp / name / "keep.txt").write_text(text)
+    env = {**os.environ, "TMPDIR": str(temp)}
+    r = subprocess.run(
+        [*GENOBS, "build", str(SPEC), "-o", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert not leftover.exists()
+    for name, text in kept.items():
+        assert (temp / name / "keep.txt").read_text() == text, name
+    own = sorted(p.name for p in temp.iterdir() if p.name.startswith("genobs-check-"))
+    assert own == sorted(kept)  # its own copies are gone too
