@@ -32,7 +32,7 @@ MAX_DEADLINE = 3600.0
 # what one answer may build: compare reads one series per query, doctor one per metric name
 MAX_SERIES = 100_000
 MAX_NAMES = 2_000_000
-_USERINFO = re.compile(r"(?<=://)[^/?#]*@")
+_USERINFO = re.compile(r"(?<=://).*@")  # to the last @: a password may hold / ? # unencoded
 _SHOWN = 200  # characters of a server's own text quoted in a message
 
 
@@ -61,7 +61,9 @@ def check_url(base: str) -> urllib.parse.SplitResult:
         parts = urllib.parse.urlsplit(base)
         port = parts.port
     except ValueError as exc:
-        raise PrometheusError(f"malformed URL {shown!r}: {_quote(redact(str(exc)))}") from None
+        # the parser quotes what it read as a port, which may be a piece of a password
+        why = "write user:password@ with # ? / @ percent-encoded" if "@" in base else _quote(str(exc))
+        raise PrometheusError(f"malformed URL {shown!r}: {why}") from None
     if parts.scheme not in ("http", "https"):
         raise PrometheusError(f"malformed URL {shown!r}: use http:// or https://")
     if not parts.hostname:
@@ -90,7 +92,7 @@ class Server:
 
     @property
     def shown(self) -> str:
-        return _quote(self.base)
+        return _quote(redact(self.base))
 
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()
@@ -144,7 +146,7 @@ def fetch(server: Server, path: str, body: str = "", post: bool = False) -> tupl
     timer = threading.Timer(timeout, expire)
     timer.daemon = True
     timer.start()
-    url = _quote(f"{base.rstrip('/')}/{path}")
+    url = _quote(redact(f"{base.rstrip('/')}/{path}"))
     try:
         headers = {"Accept": "application/json", "User-Agent": "genobs"}
         if server.authorization:
@@ -203,7 +205,7 @@ def api(server: Server, path: str, params: dict | None = None, post: bool = Fals
 def answer(base: str, path: str, status: int, raw: bytes) -> object:
     """`data` of an /api/v1/<path> answer, its shape checked for the endpoints genobs
     reads (`query`: an instant vector; `label/.../values`: names)."""
-    url = _quote(f"{base.rstrip('/')}/api/v1/{path}")
+    url = _quote(redact(f"{base.rstrip('/')}/api/v1/{path}"))
     try:
         doc = _json(raw, path)
     except PrometheusError as exc:
@@ -214,7 +216,7 @@ def answer(base: str, path: str, status: int, raw: bytes) -> object:
         hint = " (a redirect: pass the URL it points to)" if 300 <= status < 400 else ""
         raise PrometheusError(f"{url}: HTTP {status}{extra}{hint}")
     if not isinstance(doc, dict):
-        raise PrometheusError(f"{url} did not answer with a JSON object; is {_quote(base)} a Prometheus server?")
+        raise PrometheusError(f"{url} did not answer with a JSON object; is {_quote(redact(base))} a Prometheus server?")
     if doc.get("status") != "success":
         err = doc.get("error", doc.get("status"))
         raise PrometheusError(f"{url}: {_quote(str(err)[:_SHOWN])}")

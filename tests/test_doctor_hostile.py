@@ -280,7 +280,14 @@ def test_userinfo_is_sent_as_basic_auth_and_never_printed():
         assert_clear(code, output, "HTTP 401", "unauthorized")
         _no_secret(output)
     assert all(h.lower().count(b"authorization:") == 1 for h in heads)
-    for bad in (f"http://alice:{SECRET}@127.0.0.1:99999", f"ftp://alice:{SECRET}@x", f"http://alice:{SECRET}@"):
+    for bad in (
+        f"http://alice:{SECRET}@127.0.0.1:99999",
+        f"ftp://alice:{SECRET}@x",
+        f"http://alice:{SECRET}@",
+        f"http://alice:{SECRET}#x@127.0.0.1:9090",  # the parser reads the password as a port
+        f"http://alice:{SECRET}?@127.0.0.1:9090",
+        f"http://alice:{SECRET}/x@127.0.0.1:9090",
+    ):
         code, output, _ = doctor(bad)
         assert_clear(code, output, "malformed URL")
         _no_secret(output)
