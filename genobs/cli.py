@@ -198,8 +198,9 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
             err=True,
         )
         sys.exit(1)
+    undeleted: list[Path] = []
     try:
-        dirs = pipeline.write(outputs, output, force=force)
+        dirs = pipeline.write(outputs, output, force=force, undeleted=undeleted)
     except WriteRefused as exc:
         for line in exc.lines:
             click.echo(printable(f"error: {line}"), err=True)
@@ -214,6 +215,8 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
         sys.exit(1)
     for out, target in zip(outputs, dirs):
         click.echo(printable(f"{out.spec_file} -> {target}/ ({len(out.files)} files)"))
+    for path in undeleted:  # the build is in place; only the old copy stays behind
+        click.echo(printable(f"warning: {path}/ (old output) could not be deleted; remove it by hand"), err=True)
 
 
 @main.command()

@@ -62,11 +62,20 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def remove(path: Path) -> None:
+def remove(path: Path, last: str | None = None) -> bool:
+    """Delete a file or folder, its file `last` after everything else (a marker: what cannot
+    be deleted stays provably genobs', for the next build); False when some of it stays."""
     if path.is_dir() and not path.is_symlink():
+        for child in path.iterdir() if last else ():
+            if child.name != last:
+                remove(child)
+        if last and any(child.name != last for child in path.iterdir()):
+            return False
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
-        path.unlink()
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return not (path.exists() or path.is_symlink())
 
 
 def atomic_exchange_supported(directory: Path) -> bool:
@@ -118,11 +127,11 @@ def _own(path: Path, marker: str) -> bool:
     return (path / marker).is_file() or not any(path.iterdir())
 
 
-def recover(parent: Path, marker: str) -> list[str]:
+def recover(parent: Path, marker: str, undeleted: list[Path] | None = None) -> list[str]:
     """Under the lock: move back an `.old-` folder whose target is missing (a crash
     between the fallback's two renames), delete every other leftover. Only folders
     `_own` proves are genobs' are touched; anything else shaped like one stays.
-    Returns what was restored."""
+    Returns what was restored; leftovers that cannot be deleted go to `undeleted`."""
     restored = []
     leftovers = sorted(p for p in parent.iterdir() if _own(p, marker))
     for p in leftovers:
@@ -132,8 +141,8 @@ def recover(parent: Path, marker: str) -> list[str]:
         if m["kind"] == "old" and not target.exists() and not target.is_symlink():
             os.rename(p, target)
             restored.append(m["name"])
-        else:
-            shutil.rmtree(p, ignore_errors=True)
+        elif not remove(p, marker) and undeleted is not None:
+            undeleted.append(p)
     return restored
 
 

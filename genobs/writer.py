@@ -177,12 +177,14 @@ def replace_dirs(
     targets: dict[Path, dict[str, bytes]],
     force: bool = False,
     check: Callable[[list[tuple[Path, Path]]], None] | None = None,
+    undeleted: list[Path] | None = None,
 ) -> list[Path]:
     """Write each `files` mapping as the whole content of its target folder: every
     folder is staged (and checked by `check(list of (target, staged))`, which raises
     to stop) before any is swapped in; if one swap fails, the ones already swapped
     are swapped back. Raises WriteRefused before writing anything when a target
-    exists and was not created by genobs (unless `force`)."""
+    exists and was not created by genobs (unless `force`). Old content or leftovers that
+    cannot be deleted (permissions, immutable files) are appended to `undeleted`."""
     targets = {Path(t): f for t, f in targets.items()}
     parents = sorted({t.parent for t in targets})
     for parent in parents:
@@ -190,7 +192,7 @@ def replace_dirs(
     with contextlib.ExitStack() as stack:
         for parent in parents:
             stack.enter_context(locked(parent))
-            recover(parent, MARKER)
+            recover(parent, MARKER, undeleted)
         refused = [f"{t}: {why}" for t in targets if (why := foreign(t))]
         if refused and not force:
             raise WriteRefused(refused)
@@ -217,7 +219,8 @@ def replace_dirs(
                 raise SwapFailed(exc, sorted(kept)) from exc
         finally:
             for _, path, _ in staged:
-                remove(path)
+                if not remove(path, MARKER) and undeleted is not None:
+                    undeleted.append(path)
     return list(targets)
 
 

@@ -438,3 +438,24 @@ def test_the_next_build_removes_check_copies_a_killed_build_left_in_the_temp_fol
         assert (temp / name / "keep.txt").read_text() == text, name
     own = sorted(p.name for p in temp.iterdir() if p.name.startswith("genobs-check-"))
     assert own == sorted(kept)  # its own copies are gone too
+
+
+def test_old_output_that_cannot_be_deleted_is_a_warning_and_goes_with_the_next_build(tmp_path: Path):
+    out = tmp_path / "out"
+    assert build(str(SPEC), "-o", str(out), "--no-check").returncode == 0
+    stuck = out / "chat" / "RUNBOOK.md"
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available on this file system")
+    left = None
+    try:
+        r = build(str(SPEC), "-o", str(out), "--no-check")
+        assert r.returncode == 0, r.stderr
+        (left,) = [p for p in out.iterdir() if p.name.startswith(".chat.")]
+        assert f"warning: {left}/ (old output) could not be deleted; remove it by hand" in r.stderr
+        assert (out / "chat" / "RUNBOOK.md").is_file() and (left / "RUNBOOK.md").is_file()
+        assert (left / ".genobs").is_file()  # kept last: the next build can prove the folder is its own
+    finally:
+        subprocess.run(["chattr", "-i", str(left / "RUNBOOK.md" if left else stuck)], check=False)
+    r = build(str(SPEC), "-o", str(out), "--no-check")
+    assert r.returncode == 0 and "warning: " not in r.stderr.replace("warning: runbook", ""), r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["chat"]
