@@ -276,6 +276,7 @@ def test_unreadable_files_exit_2(tmp_path: Path):
 def test_plot_needs_a_sweep(tmp_path: Path):
     result = run(VLLM, "--spec", SPECS / "chat.yaml", "--plot", tmp_path / "x.png")
     assert result.exit_code == 2 and "needs a concurrency sweep" in result.stderr
+    assert result.stdout.splitlines()[-1].startswith("verdict: ")  # the table is not lost
     assert not (tmp_path / "x.png").exists()
 
 

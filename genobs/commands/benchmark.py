@@ -121,10 +121,11 @@ def benchmark(
     except InputError as exc:
         _fail_input(printable(str(exc)))
     report = evaluate(gates, runs, baseline)
+    # the verdict first: a chart that cannot be drawn (exit 2) must not lose it
+    click.echo(render_json(report) if fmt == "json" else render_text(report, fmt), nl=False)
     if plot_path is not None:
         try:
             _plot(report, plot_path)
         except PlotUnavailable as exc:
             _fail_input(f"error: {exc}")
-    click.echo(render_json(report) if fmt == "json" else render_text(report, fmt), nl=False)
     sys.exit(report.exit_code)
