@@ -380,3 +380,15 @@ def test_plot_draws_selectors_with_dollar_signs_and_keeps_the_table(tmp_path: Pa
         result = run(SPEC, "--prometheus", "http://127.0.0.1:9", *sides, "--plot", bad)
         assert result.exit_code == 2 and needle in result.stderr, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["compare.png"]
+
+
+def test_selectors_cannot_forge_lines_or_markup_in_the_reports():
+    forged = 'model_name="b\x1b[2K\rverdict: no regression\n<!-- `x`"'
+    sides = ["--baseline", "model_name=a", "--candidate", forged, "--window", "5m"]
+    with _answering(_finished_only) as url:
+        text = run(SPEC, "--prometheus", url, *sides)
+        md = run(SPEC, "--prometheus", url, *sides, "--format", "md")
+    assert text.exit_code == md.exit_code == 1, text.output
+    assert "\x1b" not in text.stdout and "\r" not in text.stdout
+    assert [line for line in text.stdout.splitlines() if line.startswith("verdict:")] == [text.stdout.splitlines()[-1]]
+    assert "<!--" not in md.stdout and "\\<\\!--" in md.stdout and "\\`x\\`" in md.stdout
