@@ -160,10 +160,12 @@ def write(
     root: Path,
     force: bool = False,
     check: Callable[[list[tuple[Path, Path]]], None] | None = None,
+    undeleted: list[Path] | None = None,
 ) -> list[Path]:
     """Stage every output folder, run `check` on the staged folders, then swap all in
     (see writer.replace_dirs: all or nothing)."""
-    return replace_dirs({root / out.name: out.files for out in outputs}, force=force, check=check)
+    targets = {root / out.name: out.files for out in outputs}
+    return replace_dirs(targets, force=force, check=check, undeleted=undeleted)
 
 
 @dataclass(frozen=True)
@@ -226,10 +228,11 @@ class Checks:
 
     def __init__(self, workers: int | None = None):
         import os
-        import tempfile
         import threading
 
-        self._tmp = tempfile.TemporaryDirectory(prefix="genobs-check-")
+        from genobs import scratch
+
+        self._tmp = scratch.make()
         self._queue: list[tuple[float, int, Job, Future]] = []  # a heap: most expensive first
         self._ready = threading.Condition()
         self._closed = False

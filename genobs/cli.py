@@ -156,6 +156,13 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
         if not s.exists():
             click.echo(f"{s}: error: no such file or folder", err=True)
             sys.exit(2)
+    # the output (or the first of its parents that exists) must be a folder: checked before any work
+    probe = output
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        click.echo(printable(f"{probe}: error: -o needs a folder, and this is not one; nothing was written"), err=True)
+        sys.exit(2)
     pipeline.freeze_imports()
     run_checks = not no_check
     promtool_missing = run_checks and promtool.find() is None
@@ -191,8 +198,9 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
             err=True,
         )
         sys.exit(1)
+    undeleted: list[Path] = []
     try:
-        dirs = pipeline.write(outputs, output, force=force)
+        dirs = pipeline.write(outputs, output, force=force, undeleted=undeleted)
     except WriteRefused as exc:
         for line in exc.lines:
             click.echo(printable(f"error: {line}"), err=True)
@@ -207,6 +215,8 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
         sys.exit(1)
     for out, target in zip(outputs, dirs):
         click.echo(printable(f"{out.spec_file} -> {target}/ ({len(out.files)} files)"))
+    for path in undeleted:  # the build is in place; only the old copy stays behind
+        click.echo(printable(f"warning: {path}/ (old output) could not be deleted; remove it by hand"), err=True)
 
 
 @main.command()

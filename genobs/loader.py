@@ -3,10 +3,7 @@ value sits in the file so each problem names file, line, column and field."""
 
 from __future__ import annotations
 
-import errno
 import math
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from genobs.errors import Problem, SpecError
+from genobs.inputs import Unreadable, read_regular
 from genobs.messages import message, threshold_problems
 from genobs.spec import Spec
 
@@ -334,42 +332,12 @@ def _bomb(builder: _Builder, root: yaml.MappingNode, file: str) -> SpecError:
     return SpecError([Problem(f"aliases expand the document to more than {MAX_NODES} values", file, *_at(root))])
 
 
-def file_kind(mode: int) -> str:
-    """What a file that is not a regular file is, for messages."""
-    kinds = [
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a folder"),
-    ]
-    return next((text for test, text in kinds if test(mode)), "not a regular file")
-
-
 def read_regular_file(path: Path, limit: int) -> bytes:
-    """Up to `limit` bytes of a regular file. Opening without blocking and checking
-    the opened file (not the name) means a FIFO, device or socket is refused at once
-    instead of hanging or reading forever."""
-    file = str(path)
+    """Up to `limit` bytes of a regular spec file (genobs.inputs.read_regular), as a SpecError naming it."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        if exc.errno == errno.ENOENT and path.is_symlink():
-            raise SpecError([Problem(f"symbolic link to a missing file ({os.readlink(path)})", file)]) from None
-        if exc.errno == errno.ENXIO:  # what open() says for a socket
-            raise SpecError([Problem("not a regular file (a socket); a spec is a regular YAML file", file)]) from None
-        raise SpecError([Problem(f"cannot read spec: {exc.strerror}", file)]) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise SpecError([Problem(f"not a regular file ({file_kind(mode)}); a spec is a regular YAML file", file)])
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(limit)
-    except OSError as exc:
-        raise SpecError([Problem(f"cannot read spec: {exc.strerror}", file)]) from None
-    finally:
-        os.close(fd)
+        return read_regular(path, limit, "spec", "a spec is a regular YAML file")
+    except Unreadable as exc:
+        raise SpecError([Problem(exc.message, str(path))]) from None
 
 
 def load_spec(path: str | Path) -> SpecDocument:

@@ -207,6 +207,25 @@ def _rate_window(v: str) -> str:
     return v
 
 
+# Prometheus forgets a sample after its 5m lookback: a rule group must run at least twice
+# in it, so one missed evaluation does not make every recorded series vanish. Whole seconds:
+# the derived group intervals (panels, SLO long windows) are whole multiples of it.
+EVALUATION_INTERVAL_MIN, EVALUATION_INTERVAL_MAX = 1, 120
+
+
+def _evaluation_interval(v: str) -> str:
+    v = _prom_duration(v)
+    seconds = prom_duration_seconds(v)
+    if seconds < EVALUATION_INTERVAL_MIN or seconds != int(seconds):
+        raise ValueError(f"{v!r} is not a whole number of seconds of at least 1s; write e.g. 5s, 30s or 1m")
+    if seconds > EVALUATION_INTERVAL_MAX:
+        raise ValueError(
+            f"{v!r} is longer than 2m: Prometheus drops a recorded series 5m after its last sample, so rules "
+            "must run at least twice in that time; write 2m or less"
+        )
+    return v
+
+
 def _duration_text(v: str) -> str:
     parse_seconds(v)
     return v.strip(" ")
@@ -481,7 +500,9 @@ class Spec(_Model):
         description="Preset of KPIs and thresholds."
     )
     features: Features = Field(default_factory=Features)
-    evaluation_interval: PromDuration = Field("30s", description="Rule-group evaluation interval.")
+    evaluation_interval: Annotated[str, AfterValidator(_evaluation_interval)] = Field(
+        "30s", description="Rule-group evaluation interval, 1s to 2m in whole seconds."
+    )
     rate_window: Annotated[str, AfterValidator(_rate_window)] = Field(
         "5m",
         description="Window of rate() in recording rules (part of recorded names, e.g. rate5m), 1m to 1h. Keep it at "

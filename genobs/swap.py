@@ -25,7 +25,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>new|old)-[A-Za-z0-9_]+")
+_TOKEN_BYTES = 6
+# what new_folder and swap name their folders: exactly this shape, a token of 12 hex digits
+_LEFTOVER = re.compile(rf"\.(?P<name>.+)\.(?P<kind>new|old)-[0-9a-f]{{{2 * _TOKEN_BYTES}}}")
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
 
 
@@ -60,11 +62,20 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def remove(path: Path) -> None:
+def remove(path: Path, last: str | None = None) -> bool:
+    """Delete a file or folder, its file `last` after everything else (a marker: what cannot
+    be deleted stays provably genobs', for the next build); False when some of it stays."""
     if path.is_dir() and not path.is_symlink():
+        for child in path.iterdir() if last else ():
+            if child.name != last:
+                remove(child)
+        if last and any(child.name != last for child in path.iterdir()):
+            return False
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
-        path.unlink()
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return not (path.exists() or path.is_symlink())
 
 
 def atomic_exchange_supported(directory: Path) -> bool:
@@ -82,7 +93,7 @@ def atomic_exchange_supported(directory: Path) -> bool:
 def new_folder(parent: Path, name: str, kind: str) -> Path:
     """An empty `.<name>.<kind>-<token>` folder; mkdir applies the umask (mkdtemp's 0700 would not)."""
     for _ in range(100):
-        path = parent / f".{name}.{kind}-{secrets.token_hex(6)}"
+        path = parent / f".{name}.{kind}-{secrets.token_hex(_TOKEN_BYTES)}"
         try:
             path.mkdir(mode=0o777)
             return path
@@ -108,12 +119,21 @@ def locked(directory: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def recover(parent: Path) -> list[str]:
+def _own(path: Path, marker: str) -> bool:
+    """A leftover genobs can prove it made: its name and token, and its marker file inside
+    (a staging folder that died before its first file is empty: nothing to lose)."""
+    if not _LEFTOVER.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
+        return False
+    return (path / marker).is_file() or not any(path.iterdir())
+
+
+def recover(parent: Path, marker: str, undeleted: list[Path] | None = None) -> list[str]:
     """Under the lock: move back an `.old-` folder whose target is missing (a crash
-    between the fallback's two renames), delete every other leftover. Returns what
-    was restored."""
+    between the fallback's two renames), delete every other leftover. Only folders
+    `_own` proves are genobs' are touched; anything else shaped like one stays.
+    Returns what was restored; leftovers that cannot be deleted go to `undeleted`."""
     restored = []
-    leftovers = sorted(p for p in parent.iterdir() if _LEFTOVER.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
+    leftovers = sorted(p for p in parent.iterdir() if _own(p, marker))
     for p in leftovers:
         m = _LEFTOVER.fullmatch(p.name)
         assert m is not None
@@ -121,8 +141,8 @@ def recover(parent: Path) -> list[str]:
         if m["kind"] == "old" and not target.exists() and not target.is_symlink():
             os.rename(p, target)
             restored.append(m["name"])
-        else:
-            shutil.rmtree(p, ignore_errors=True)
+        elif not remove(p, marker) and undeleted is not None:
+            undeleted.append(p)
     return restored
 
 
@@ -133,7 +153,7 @@ def swap(staged: Path, target: Path) -> None:
         return
     if exchange(staged, target):
         return
-    old = target.parent / f".{target.name}.old-{secrets.token_hex(6)}"
+    old = target.parent / f".{target.name}.old-{secrets.token_hex(_TOKEN_BYTES)}"
     os.rename(target, old)  # the fallback's window: target is missing until the next rename
     os.rename(staged, target)
     os.rename(old, staged)
@@ -145,7 +165,7 @@ def unswap(staged: Path, target: Path, existed: bool) -> None:
         os.rename(target, staged)
     elif not exchange(staged, target):
         # .old- so that a crash here restores a whole folder (the new one) as target
-        tmp = target.parent / f".{target.name}.old-{secrets.token_hex(6)}"
+        tmp = target.parent / f".{target.name}.old-{secrets.token_hex(_TOKEN_BYTES)}"
         os.rename(target, tmp)
         os.rename(staged, target)
         os.rename(tmp, staged)

@@ -162,10 +162,14 @@ def foreign(target: Path) -> str | None:
 
 def _stage(parent: Path, name: str, files: dict[str, bytes]) -> Path:
     staging = new_folder(parent, name, "new")
-    for rel, data in sorted(files.items()):
-        path = staging / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)  # open() applies the umask: 0644 by default
+    try:
+        for rel, data in sorted(files.items()):
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)  # open() applies the umask: 0644 by default
+    except BaseException:  # a full disk: the half-written folder goes, not only on the next build
+        remove(staging)
+        raise
     return staging
 
 
@@ -173,12 +177,14 @@ def replace_dirs(
     targets: dict[Path, dict[str, bytes]],
     force: bool = False,
     check: Callable[[list[tuple[Path, Path]]], None] | None = None,
+    undeleted: list[Path] | None = None,
 ) -> list[Path]:
     """Write each `files` mapping as the whole content of its target folder: every
     folder is staged (and checked by `check(list of (target, staged))`, which raises
     to stop) before any is swapped in; if one swap fails, the ones already swapped
     are swapped back. Raises WriteRefused before writing anything when a target
-    exists and was not created by genobs (unless `force`)."""
+    exists and was not created by genobs (unless `force`). Old content or leftovers that
+    cannot be deleted (permissions, immutable files) are appended to `undeleted`."""
     targets = {Path(t): f for t, f in targets.items()}
     parents = sorted({t.parent for t in targets})
     for parent in parents:
@@ -186,7 +192,7 @@ def replace_dirs(
     with contextlib.ExitStack() as stack:
         for parent in parents:
             stack.enter_context(locked(parent))
-            recover(parent)
+            recover(parent, MARKER, undeleted)
         refused = [f"{t}: {why}" for t in targets if (why := foreign(t))]
         if refused and not force:
             raise WriteRefused(refused)
@@ -213,7 +219,8 @@ def replace_dirs(
                 raise SwapFailed(exc, sorted(kept)) from exc
         finally:
             for _, path, _ in staged:
-                remove(path)
+                if not remove(path, MARKER) and undeleted is not None:
+                    undeleted.append(path)
     return list(targets)
 
 

@@ -3,6 +3,7 @@ simulated vLLM exporters, with the rule files genobs generated."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -164,10 +165,14 @@ class Target:
 
 
 class Prometheus:
-    """Debian's prometheus binary on a free loopback port, its log in a file."""
+    """Debian's prometheus binary on a free loopback port, its log in a file; with
+    `basic_auth` (user, password) its HTTP API requires them (--web.config.file)."""
 
-    def __init__(self, workdir: Path, config: dict, rule_files: dict[str, bytes]):
+    def __init__(
+        self, workdir: Path, config: dict, rule_files: dict[str, bytes], basic_auth: tuple[str, str] | None = None
+    ):
         self.workdir = workdir
+        self.basic_auth = basic_auth
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "prometheus.log"
@@ -192,6 +197,14 @@ class Prometheus:
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--log.level=info",
         ]
+        if self.basic_auth is not None:
+            import bcrypt
+
+            user, password = self.basic_auth
+            hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+            web = self.workdir / "web.yml"
+            web.write_text(yaml.safe_dump({"basic_auth_users": {user: hashed}}))
+            cmd.append(f"--web.config.file={web}")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir
@@ -203,7 +216,7 @@ class Prometheus:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"prometheus exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
+                with urllib.request.urlopen(self._request(self.url + "/-/ready"), timeout=2) as r:
                     return r.status == 200
             except (urllib.error.URLError, OSError):
                 return False
@@ -228,11 +241,17 @@ class Prometheus:
         return "\n".join(lines[-tail:])
 
     # --- HTTP API ---------------------------------------------------------------------------
+    def _request(self, url: str) -> urllib.request.Request:
+        headers = {}
+        if self.basic_auth is not None:
+            headers["Authorization"] = "Basic " + base64.b64encode(":".join(self.basic_auth).encode()).decode()
+        return urllib.request.Request(url, headers=headers)
+
     def api(self, path: str, params: dict | list | None = None) -> object:
         query = urllib.parse.urlencode(params or {}, doseq=True)
         url = f"{self.url}/api/v1/{path}" + (f"?{query}" if query else "")
         try:
-            with urllib.request.urlopen(url, timeout=10) as r:
+            with urllib.request.urlopen(self._request(url), timeout=10) as r:
                 body = json.load(r)
         except urllib.error.HTTPError as exc:
             body = json.loads(exc.read() or b"{}")

@@ -4,9 +4,11 @@ serve (tests/fixtures/benchmarks/, each naming its source) judged by the specs' 
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -274,6 +276,7 @@ def test_unreadable_files_exit_2(tmp_path: Path):
 def test_plot_needs_a_sweep(tmp_path: Path):
     result = run(VLLM, "--spec", SPECS / "chat.yaml", "--plot", tmp_path / "x.png")
     assert result.exit_code == 2 and "needs a sweep" in result.stderr
+    assert result.stdout.splitlines()[-1].startswith("verdict: ")  # the table is not lost
     assert not (tmp_path / "x.png").exists()
 
 
@@ -284,3 +287,143 @@ def test_genobs_help_does_not_import_the_gate_modules():
     code += "print(sorted(m for m in sys.modules if m.startswith(('matplotlib', 'genobs.gates', 'genobs.commands'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert "benchmark" in out and out.strip().splitlines()[-1] == "[]"
+
+
+# --- hostile exports: regular files only, bounded cost, impossible figures refused ----------------
+
+
+def _cli(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The real command in its own process: a hang fails the test instead of stalling it."""
+    cmd = [sys.executable, "-m", "genobs", "benchmark", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=timeout)
+
+
+def test_a_fifo_as_result_or_baseline_is_refused_at_once(tmp_path: Path):
+    fifo = tmp_path / "export.json"
+    os.mkfifo(fifo)
+    for args in ((fifo, "--spec", SPECS / "chat.yaml"), (VLLM, "--spec", SPECS / "chat.yaml", "--baseline", fifo)):
+        result = _cli(*args, timeout=20)
+        assert result.returncode == 2, result.stderr
+        assert f"{fifo}: error: not a regular file (a FIFO)" in result.stderr
+        assert "Traceback" not in result.stderr
+    folder = run(tmp_path, "--spec", SPECS / "chat.yaml")
+    assert folder.exit_code == 2 and "not a regular file (a folder)" in folder.stderr
+
+
+def _peak(*args: str | Path) -> tuple[int, str, int, float]:
+    """(exit code, stderr, peak RSS in MiB, seconds) of `genobs benchmark ARGS` in a fresh process."""
+    code = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'genobs', 'benchmark', *sys.argv[1:]], capture_output=True, text=True)\n"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
+        "print(r.stderr)"
+    )
+    start = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=60
+    ).stdout
+    first, stderr = out.split("\n", 1)
+    exit_code, peak = map(int, first.split())
+    return exit_code, stderr, peak, time.monotonic() - start
+
+
+def test_a_million_empty_objects_are_refused_before_they_are_built(tmp_path: Path):
+    for name, item, count, needle in (
+        ("objects.json", "{}", 1_000_000, "holds more than 1,000,000 objects and lists"),
+        ("lists.json", "[]", 3_000_000, "holds more than 1,000,000 objects and lists"),
+        ("strings.json", '"ab"', 5_000_000, "holds more than 4,000,000 strings"),
+        ("numbers.json", "0.5", 20_000_000, "holds more than 16,000,000 values"),
+    ):
+        bomb = tmp_path / name
+        bomb.write_text('{"benchmarks": [' + ",".join([item] * count) + "]}")
+        code, stderr, peak, seconds = _peak(bomb, "--spec", SPECS / "chat.yaml")
+        assert code == 2 and f"{bomb}: error: {needle}" in stderr, stderr
+        assert seconds < 30 and peak < 500, (name, seconds, peak)
+        bomb.unlink()
+    braces = tmp_path / "braces.json"  # structure inside strings is text, not cost
+    braces.write_text(json.dumps({**json.loads(VLLM.read_text()), "generated_texts": ["{[,"] * 400_000}))
+    assert run(braces, "--spec", SPECS / "chat.yaml").exit_code == 0
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps({"benchmarks": [{}] * 300}))
+    result = run(runs, "--spec", SPECS / "chat.yaml")
+    assert result.exit_code == 2 and ":benchmarks: error: holds 300 benchmarks; at most 256" in result.stderr
+    many = run(*[GUIDELLM] * 65, "--spec", SPECS / "chat.yaml")
+    assert many.exit_code == 2 and "more than 256 runs in the inputs" in many.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"completed": 1, "completed": 200, "request_throughput": 1}', "duplicate key 'completed' in one object"),
+        ('{"completed": 1' + "0" * 400 + ', "request_throughput": 1}', "has 401 digits; not a measured figure"),
+        ('{"completed": 10, "request_throughput": 1, "mean_ttft_ms": 1e400}', ":mean_ttft_ms: error: expected a finite"),
+        ('{"completed": 10, "request_throughput": 1, "p99_ttft_ms": -5}', "TTFT p99 is -0.005; it cannot be negative"),
+        ('{"completed": 10, "request_throughput": 1, "duration": -3}', ":workload.duration: error: duration is -3"),
+        ('{"completed": 0, "request_throughput": 1}', "requests is 0; a run of no requests measured nothing"),
+        ('{"completed": 10, "request_throughput": 1, "max_concurrency": 0}', "concurrency is 0"),
+        ('{"completed": 10, "request_throughput": -1}', "request throughput avg is -1.0"),
+        ('{"completed": 10, "request_throughput": 1, "median_tpot_ms": 1e-320}', "output tok/s/user p50 is inf"),
+        (
+            '{"schema_version": "1.0", "input_config": {"endpoint": {"model_names": 5}}}',
+            ":input_config.endpoint.model_names: error: expected a list of model names",
+        ),
+    ],
+)
+def test_impossible_or_malformed_figures_are_located_errors(tmp_path: Path, text: str, message: str):
+    p = tmp_path / "export.json"
+    p.write_text(text)
+    result = run(p, "--spec", SPECS / "chat.yaml")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(str(p)) and message in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_sweep_with_zero_throughput_fails_the_gate_and_writes_strict_json(tmp_path: Path):
+    failed = json.loads(SWEEP[1].read_text())
+    failed["output_token_throughput"]["avg"] = 0.0
+    failed["error_request_count"] = {"unit": "requests", "avg": 512}
+    p = tmp_path / "c008_all_failed.json"
+    p.write_text(json.dumps(failed))
+    result = run(SWEEP[0], p, SWEEP[2], "--spec", SPECS / "batch.yaml", "--format", "json")
+    assert result.exit_code == 1, result.output
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    doc = json.loads(result.stdout, parse_constant=refuse)
+    row = next(r for r in doc["kpis"] if r["kpi"].endswith("rises with concurrency"))
+    assert row["verdict"] == "FAIL" and "stops rising above concurrency 1" in row["note"]
+    rising = run(p, SWEEP[2], "--spec", SPECS / "batch.yaml", "--format", "json")
+    doc = json.loads(rising.stdout, parse_constant=refuse)
+    row = next(r for r in doc["kpis"] if r["kpi"].endswith("rises with concurrency"))
+    assert row["value"] is None and row["verdict"] == "pass"
+    assert any(n.startswith("kpis[") and "inf written as null" in n for n in doc["non_finite"]), doc
+
+
+def test_names_from_an_export_cannot_forge_lines_or_hide_the_table(tmp_path: Path):
+    doc = json.loads(VLLM.read_text())
+    doc["model_id"] = "m\r\x1b[2K\x1b]8;;http://evil/\x07x\nverdict: pass\n<!-- | `*x*`"
+    p = tmp_path / "forged.json"
+    p.write_text(json.dumps(doc))
+    text = run(p, "--spec", SPECS / "chat.yaml")
+    assert text.exit_code == 0
+    assert "\x1b" not in text.stdout and "\r" not in text.stdout and "\x07" not in text.stdout
+    assert [line for line in text.stdout.splitlines() if line.startswith("verdict:")] == [
+        text.stdout.splitlines()[-1]
+    ]
+    md = run(p, "--spec", SPECS / "chat.yaml", "--format", "md")
+    assert "<!--" not in md.stdout and "\\<\\!--" in md.stdout and "\\`\\*x\\*\\`" in md.stdout
+    assert "\\| " in md.stdout
+    assert [line for line in md.stdout.splitlines() if line.startswith("verdict:")] == [md.stdout.splitlines()[-1]]
+
+
+def test_plot_path_must_be_a_png_file_in_an_existing_folder(tmp_path: Path):
+    for bad, needle in (
+        (tmp_path, "is a folder"),
+        (tmp_path / "x.html", "give a file name ending in .png"),
+        (tmp_path / "nope" / "x.png", "does not exist"),
+    ):
+        result = run(*SWEEP, "--spec", SPECS / "chat.yaml", "--plot", bad)
+        assert result.exit_code == 2 and needle in result.stderr, result.output
+        assert "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []

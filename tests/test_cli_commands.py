@@ -351,3 +351,39 @@ def test_help_imports_nothing_heavy_and_is_fast():
 def test_build_output_lines_unchanged(spec: Path, tmp_path: Path):
     result = run("build", "--no-check", "-o", str(tmp_path), str(spec))
     assert result.exit_code == 0 and result.stdout.startswith(f"{spec} -> {tmp_path}/")
+
+
+# --- options that cannot describe what they name are exit 2, naming the option --------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["init", "--use-case", "chat", "--model", "m", "--job", ""], "--job: must not be empty"),
+        (["init", "--use-case", "chat", "--model", " "], "--model: must not be empty"),
+        (["scrape-config", "--interval", "banana"], "--interval: 'banana' is not a Prometheus duration"),
+        (["scrape-config", "--interval", "0s"], "is not a Prometheus duration"),
+        (["scrape-config", "--target", "http://10.0.0.5:8000/metrics"], "--target: 'http://10.0.0.5:8000/metrics' is not HOST:PORT"),
+        (["scrape-config", "--target", "10.0.0.5"], "is not HOST:PORT"),
+    ],
+)
+def test_options_that_cannot_work_are_refused(args: list[str], needle: str):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and "--namespace" not in result.output
+
+
+def test_scrape_config_accepts_host_port_targets_and_durations():
+    result = run("scrape-config", "--target", "10.0.0.5:8000", "--target", "[::1]:9400", "--interval", "1m30s")
+    assert result.exit_code == 0, result.output
+    assert "10.0.0.5:8000" in result.output and "scrape_interval: 1m30s" in result.output
+
+
+def test_build_into_a_file_is_a_clear_error(tmp_path: Path):
+    target = tmp_path / "a-file"
+    target.write_text("not a folder\n")
+    for output in (target, target / "sub"):
+        result = run("build", "--no-check", str(REPO / "specs" / "chat.yaml"), "-o", str(output))
+        assert result.exit_code == 2, result.output
+        assert f"{target}: error: -o needs a folder" in result.output and "Errno" not in result.output
+    assert target.read_text() == "not a folder\n"

@@ -5,9 +5,12 @@ verdict, two healthy sides none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 import time
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from genobs.commands.scrape_config import relabel_configs
 from genobs.gates.sides import SideError, parse_range, parse_selector, parse_tolerance
 from genobs.sim import Simulator
 from tests.e2e_support import PROMETHEUS, Prometheus, Target, free_port, poll, prometheus_config, stopping
+from tests.test_doctor_hostile import ok, reply, serve
 
 JOB = "vllm-compare"
 FAULT_AFTER = 24.0  # seconds after the shifting simulator starts, its decode slows down
@@ -25,10 +29,13 @@ READY_AT = 38.0  # both ranges below are then complete
 BEFORE = (8.0, 22.0)  # seconds after start: healthy
 AFTER = (26.0, 38.0)  # fault on
 WINDOW = "20s"
+SECRET = "pr0m-s3cret"
 
 
 def run(*args: str | Path):
-    return CliRunner().invoke(main, ["compare", *map(str, args)])
+    result = CliRunner().invoke(main, ["compare", *map(str, args)])
+    assert SECRET not in result.output, result.output  # credentials are never printed
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +63,16 @@ def live(tmp_path_factory: pytest.TempPathFactory):
         for s in sims:
             s.start(port=0)
         targets = [Target("models", models), Target("shifting", shifting)]
-        prom = Prometheus(tmp, prometheus_config(JOB, targets, relabel_configs()), {})
+        # the server requires basic auth: every comparison below sends the URL's userinfo
+        prom = Prometheus(tmp, prometheus_config(JOB, targets, relabel_configs()), {}, basic_auth=("gate", SECRET))
         with stopping([], prom):
             prom.start()
             poll(lambda: len(prom.query("vllm:num_requests_running")) >= 8, time.monotonic() + 30, what="scrapes")
             time.sleep(max(0.0, t0 + READY_AT + 2 - time.time()))
             shift_only = tmp / "shift.yaml"
             shift_only.write_text(spec.read_text().replace("  selector:", "  models: [m-shift]\n  selector:"))
-            yield {"spec": spec, "shift_spec": shift_only, "url": prom.url, "t0": t0, "tmp": tmp}
+            url = prom.url.replace("http://", f"http://gate:{SECRET}@")
+            yield {"spec": spec, "shift_spec": shift_only, "url": url, "plain": prom.url, "t0": t0, "tmp": tmp}
 
 
 def _range(t0: float, span: tuple[float, float]) -> str:
@@ -226,6 +235,16 @@ def test_unreachable_prometheus_is_exit_2(live):
         ),
         (["--baseline", "a=b", "--candidate", "a=c", "--window", "5 m"], "is not a Prometheus duration"),
         (["--baseline", "a=b", "--candidate", "a=c", "--tolerance", "lots"], "--tolerance: 'lots' is not a share"),
+        (["--baseline-time", "nan..now", "--candidate-time", "now-1h..now"], "'nan' is not a time Prometheus can hold"),
+        (["--baseline-time", "now-1h..inf", "--candidate-time", "now-1h..now"], "'inf' is not a time"),
+        (
+            ["--baseline-time", "-99999999999999..-99999999999000", "--candidate-time", "now-1h..now"],
+            "'-99999999999999' is not a time Prometheus can hold",
+        ),
+        (
+            ["--baseline-time", "0001-01-01T00:00:00Z..0001-01-01T01:00:00Z", "--candidate-time", "now-1h..now"],
+            "is before 1970",
+        ),
     ],
 )
 def test_bad_options_exit_2(args: list[str], message: str):
@@ -248,3 +267,128 @@ def test_selector_and_range_parsing():
     with pytest.raises(SideError, match="longer than 90 days"):
         parse_range("--r", "now-100d..now", now=1e10)
     assert parse_tolerance("10%") == pytest.approx(0.1) and parse_tolerance("0.25") == 0.25
+
+
+# --- credentials against the live server that requires them --------------------------------------
+
+
+def test_the_live_server_requires_credentials_and_they_come_from_a_file_or_the_environment(live, monkeypatch):
+    args = ["--baseline", "model_name=m-old", "--candidate", "model_name=m-twin", "--window", WINDOW]
+    refused = run(live["spec"], "--prometheus", live["plain"], *args)
+    assert refused.exit_code == 2 and "HTTP 401" in refused.stderr, refused.output
+    password = live["tmp"] / "password"
+    password.write_text(SECRET + "\n")
+    from_file = run(
+        live["spec"], "--prometheus", live["plain"], *args, "--basic-auth-user", "gate",
+        "--basic-auth-password-file", password, "--format", "json",
+    )  # fmt: skip
+    assert from_file.exit_code == 0, from_file.output
+    assert json.loads(from_file.stdout)["prometheus"] == live["plain"]
+    monkeypatch.setenv("GENOBS_PROMETHEUS_PASSWORD", SECRET)
+    from_env = run(live["spec"], "--prometheus", live["plain"], *args, "--basic-auth-user", "gate", "--format", "md")
+    assert from_env.exit_code == 0 and "verdict: no regression" in from_env.stdout, from_env.output
+    monkeypatch.setenv("GENOBS_PROMETHEUS_PASSWORD", "wrong")
+    wrong = run(live["spec"], "--prometheus", live["plain"], *args, "--basic-auth-user", "gate")
+    assert wrong.exit_code == 2 and "HTTP 401" in wrong.stderr
+
+
+# --- hostile or odd servers on loopback: fail closed, exit 2 for what is not an answer -------------
+
+
+def _answering(values: Callable[[str], str | None]) -> contextlib.AbstractContextManager[str]:
+    """A Prometheus stand-in on loopback: each instant query answered with one sample `values(expr)`, or none."""
+    seen: list[bytes] = []
+
+    def handle(conn) -> None:
+        form = urllib.parse.parse_qs(seen[-1].partition(b"\r\n\r\n")[2].decode())
+        value = values(form.get("query", [""])[0])
+        result = [{"metric": {}, "value": [1, value]}] if value is not None else []
+        reply(ok({"resultType": "vector", "result": result}))(conn)
+
+    return serve(handle, seen)
+
+
+SPEC = Path(__file__).resolve().parents[1] / "specs" / "chat.yaml"
+SIDES = ["--baseline", "model_name=a", "--candidate", "model_name=b", "--window", "5m"]
+
+
+def _finished_only(expr: str) -> str | None:
+    """Finished requests on both sides, and not one other figure."""
+    return "5" if expr.startswith("sum(rate(vllm:request_success_total") and "finished_reason" not in expr else None
+
+
+def test_a_candidate_without_data_for_every_gated_kpi_fails():
+    with _answering(_finished_only) as url:
+        result = run(SPEC, "--prometheus", url, *SIDES, "--format", "json")
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "fail"
+    assert {r["key"] for r in doc["kpis"] if r["verdict"] == "NO DATA"} >= {"ttft_p99", "output_speed_per_user"}
+    with _answering(_finished_only) as url:
+        text = run(SPEC, "--prometheus", url, *SIDES)
+    verdict = text.stdout.splitlines()[-1]
+    assert verdict.startswith("verdict: FAIL, ") and "gated KPI(s) without candidate data: " in verdict
+    assert "TTFT p99" in verdict and "nothing could be judged" in verdict
+
+
+def test_wrong_shaped_answers_are_exit_2_never_a_regression():
+    matrix = ok({"resultType": "matrix", "result": [{"metric": {}, "values": [[1, "1"]]}]})
+    with serve(reply(matrix)) as url:
+        result = run(SPEC, "--prometheus", url, *SIDES)
+    assert result.exit_code == 2 and "resultType 'matrix'" in result.stderr, result.output
+    with serve(reply(ok({"resultType": "vector", "result": [{"metric": {}, "value": [1, 5]}]}))) as url:
+        result = run(SPEC, "--prometheus", url, *SIDES)
+    assert result.exit_code == 2 and "no [time, \"value\"] sample" in result.stderr, result.output
+
+
+def test_one_deadline_covers_every_query():
+    def slow(conn) -> None:
+        time.sleep(0.8)
+        reply(ok({"resultType": "vector", "result": [{"metric": {}, "value": [1, "5"]}]}))(conn)
+
+    start = time.monotonic()
+    with serve(slow) as url:
+        result = run(SPEC, "--prometheus", url, *SIDES, "--timeout", "5", "--deadline", "3")
+    assert result.exit_code == 2 and "within the overall deadline of 3s (--deadline)" in result.stderr, result.output
+    assert time.monotonic() - start < 6
+
+
+def test_json_stays_strict_when_a_change_overflows():
+    def tiny_baseline(expr: str) -> str:
+        return "1e-320" if 'model_name="a"' in expr and "request_success" not in expr else "5"
+
+    with _answering(tiny_baseline) as url:
+        result = run(SPEC, "--prometheus", url, *SIDES, "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    doc = json.loads(result.stdout, parse_constant=refuse)
+    assert any("written as null" in n for n in doc["non_finite"]), doc
+
+
+def test_plot_draws_selectors_with_dollar_signs_and_keeps_the_table(tmp_path: Path):
+    png = tmp_path / "compare.png"
+    sides = ["--baseline", 'model_name=~"a$"', "--candidate", 'model_name=~"^b$|c$"', "--window", "5m"]
+    with _answering(lambda expr: "0.5" if "quantile" in expr else "5") as url:
+        result = run(SPEC, "--prometheus", url, *sides, "--plot", png)
+    assert result.exit_code in (0, 1), result.output
+    assert result.stdout.splitlines()[-1].startswith("verdict:")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for bad, needle in ((tmp_path, "is a folder"), (tmp_path / "x.html", "ending in .png")):
+        result = run(SPEC, "--prometheus", "http://127.0.0.1:9", *sides, "--plot", bad)
+        assert result.exit_code == 2 and needle in result.stderr, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compare.png"]
+
+
+def test_selectors_cannot_forge_lines_or_markup_in_the_reports():
+    forged = 'model_name="b\x1b[2K\rverdict: no regression\n<!-- `x`"'
+    sides = ["--baseline", "model_name=a", "--candidate", forged, "--window", "5m"]
+    with _answering(_finished_only) as url:
+        text = run(SPEC, "--prometheus", url, *sides)
+        md = run(SPEC, "--prometheus", url, *sides, "--format", "md")
+    assert text.exit_code == md.exit_code == 1, text.output
+    assert "\x1b" not in text.stdout and "\r" not in text.stdout
+    assert [line for line in text.stdout.splitlines() if line.startswith("verdict:")] == [text.stdout.splitlines()[-1]]
+    assert "<!--" not in md.stdout and "\\<\\!--" in md.stdout and "\\`x\\`" in md.stdout

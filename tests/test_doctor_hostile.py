@@ -4,8 +4,10 @@ with the server's text printed escaped."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import os
 import re
 import socket
 import threading
@@ -22,8 +24,9 @@ Handler = Callable[[socket.socket], None]
 
 
 @contextlib.contextmanager
-def serve(handler: Handler) -> Iterator[str]:
-    """A raw TCP server on a free loopback port; `handler` writes whatever it likes."""
+def serve(handler: Handler, heads: list[bytes] | None = None) -> Iterator[str]:
+    """A raw TCP server on a free loopback port; `handler` writes whatever it likes.
+    Each request (request line, headers and body) is appended to `heads` first."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.2)
     stop = threading.Event()
@@ -48,6 +51,8 @@ def serve(handler: Handler) -> Iterator[str]:
                     if not chunk:
                         return
                     rest += chunk
+                if heads is not None:
+                    heads.append(head + b"\r\n\r\n" + rest)
                 handler(conn)
             except OSError:
                 pass
@@ -110,6 +115,17 @@ ODD_SHAPES = [
     (b'{"status": ["x"]}', "error"),
     (b"[" * 100_000 + b"]" * 100_000, "JSON object"),  # deeper than Python recurses
     (b"\x00\xff\xfe garbage \x1b[31m", "JSON object"),
+    # the shapes a wrong endpoint, a proxy or a broken server answers with
+    (ok({"resultType": "matrix", "result": [{"metric": {}, "values": [[1, "1"]]}]}), "resultType 'matrix'"),
+    (ok({"resultType": "vector", "result": [{"metric": {}}]}), "series 0 has no [time, \"value\"] sample"),
+    (ok({"resultType": "vector", "result": [{"metric": {}, "value": [1, 2]}]}), "no [time, \"value\"] sample"),
+    (ok({"resultType": "vector", "result": [{"metric": {}, "value": None}]}), "no [time, \"value\"] sample"),
+    (ok({"resultType": "vector", "result": [{"metric": {}, "value": [1]}]}), "no [time, \"value\"] sample"),
+    (ok({"resultType": "vector", "result": [{"metric": {}, "value": ["x", "1"]}]}), "time that is not a number"),
+    (ok({"resultType": "vector", "result": [{"metric": {}, "value": [1, "fast"]}]}), "value that is not a number"),
+    (ok({"resultType": "vector", "result": [{"value": [1, "1"]}]}), "series 0 has no metric labels"),
+    (b'{"status": "success", "data": {"result": [{"metric": {}, "value": [1' + b"0" * 400 + b', "1"]}]}}', "JSON"),
+    (b'{"status": "success", "status": "success", "data": []}', "JSON object"),
 ]
 
 
@@ -227,3 +243,129 @@ def test_unreachable_server_is_a_clear_error():
         port = s.getsockname()[1]
     code, output, _ = doctor(f"http://127.0.0.1:{port}")
     assert_clear(code, output, "cannot reach Prometheus")
+
+
+# --- credentials: sent to the one host asked, never printed, never sent across a redirect ---------
+
+SECRET = "s3cret-pa55"
+
+
+def _empty_prometheus(expected: str, heads: list[bytes]) -> Handler:
+    """Answers like a Prometheus with no series when the request carries `expected`, else 401."""
+
+    def handler(conn: socket.socket) -> None:
+        if f"\r\nauthorization: {expected}".lower().encode() not in heads[-1].lower():
+            reply(b'{"status": "error", "error": "unauthorized"}', "401 Unauthorized")(conn)
+        elif b"/label/" in heads[-1].split(b"\r\n", 1)[0]:
+            reply(ok([]))(conn)
+        else:
+            reply(ok({"resultType": "vector", "result": []}))(conn)
+
+    return handler
+
+
+def _no_secret(output: str) -> None:
+    assert SECRET not in output and "alice" not in output, output
+
+
+def test_userinfo_is_sent_as_basic_auth_and_never_printed():
+    heads: list[bytes] = []
+    expected = "Basic " + base64.b64encode(f"alice:{SECRET}".encode()).decode()
+    with serve(_empty_prometheus(expected, heads), heads) as url:
+        host = url.removeprefix("http://")
+        code, output, _ = doctor(f"http://alice:{SECRET}@{host}")
+        assert code == 1 and f"Prometheus http://{host}" in output, output  # asked, no vLLM series
+        _no_secret(output)
+        code, output, _ = doctor(f"http://alice:wrong@{host}")
+        assert_clear(code, output, "HTTP 401", "unauthorized")
+        _no_secret(output)
+    assert all(h.lower().count(b"authorization:") == 1 for h in heads)
+    for bad in (
+        f"http://alice:{SECRET}@127.0.0.1:99999",
+        f"ftp://alice:{SECRET}@x",
+        f"http://alice:{SECRET}@",
+        f"http://alice:{SECRET}#x@127.0.0.1:9090",  # the parser reads the password as a port
+        f"http://alice:{SECRET}?@127.0.0.1:9090",
+        f"http://alice:{SECRET}/x@127.0.0.1:9090",
+    ):
+        code, output, _ = doctor(bad)
+        assert_clear(code, output, "malformed URL")
+        _no_secret(output)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, output, _ = doctor(f"http://alice:{SECRET}@127.0.0.1:{port}")
+    assert_clear(code, output, "cannot reach Prometheus at http://127.0.0.1:")
+    _no_secret(output)
+
+
+def test_bearer_token_and_basic_auth_come_from_files_or_the_environment(tmp_path, monkeypatch):
+    token, password = tmp_path / "token", tmp_path / "password"
+    token.write_text(SECRET + "\n")
+    password.write_text(SECRET + "\n")
+    heads: list[bytes] = []
+    with serve(_empty_prometheus(f"Bearer {SECRET}", heads), heads) as url:
+        code, output, _ = doctor(url, "--bearer-token-file", str(token))
+        assert code == 1, output
+        _no_secret(output)
+        code, output, _ = doctor(url)
+        assert_clear(code, output, "HTTP 401")
+    basic = "Basic " + base64.b64encode(f"alice:{SECRET}".encode()).decode()
+    with serve(_empty_prometheus(basic, heads), heads) as url:
+        code, output, _ = doctor(url, "--basic-auth-user", "alice", "--basic-auth-password-file", str(password))
+        assert code == 1, output
+        monkeypatch.setenv("GENOBS_PROMETHEUS_PASSWORD", SECRET)
+        code, output, _ = doctor(url, "--basic-auth-user", "alice")
+        assert code == 1, output
+        _no_secret(output)
+    monkeypatch.delenv("GENOBS_PROMETHEUS_PASSWORD")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args, needle in (
+        (["--basic-auth-user", "alice"], "needs --basic-auth-password-file or $GENOBS_PROMETHEUS_PASSWORD"),
+        (["--basic-auth-password-file", str(password)], "needs --basic-auth-user"),
+        (["--bearer-token-file", str(token), "--basic-auth-user", "alice"], "not both"),
+        (["--bearer-token-file", str(fifo)], "not a regular file (a FIFO)"),
+        (["--bearer-token-file", str(tmp_path / "none")], "cannot read bearer token"),
+    ):
+        code, output, _ = doctor("http://127.0.0.1:9", *args)
+        assert_clear(code, output, needle)
+
+
+def test_credentials_are_never_sent_across_a_redirect():
+    caught: list[bytes] = []
+    with serve(reply(ok([])), caught) as elsewhere:
+        heads: list[bytes] = []
+        moved = reply(b"", "307 Temporary Redirect", f"Location: {elsewhere}/api/v1/query\r\n")
+        with serve(moved, heads) as url:
+            host = url.removeprefix("http://")
+            code, output, _ = doctor(f"http://alice:{SECRET}@{host}")
+    assert_clear(code, output, "HTTP 307", "redirect")
+    _no_secret(output)
+    assert heads and not caught  # asked the one host, never the one it pointed to
+
+
+def test_one_deadline_covers_every_request():
+    def slow(conn: socket.socket) -> None:
+        time.sleep(1.2)
+        reply(ok({"resultType": "vector", "result": []}))(conn)
+
+    with serve(slow) as url:
+        code, output, elapsed = doctor(url, "--timeout", "10", "--deadline", "2")
+    assert_clear(code, output, "within the overall deadline of 2s (--deadline)")
+    assert elapsed < 4, elapsed
+    for bad in ("0", "-1", "nan", "1e9"):
+        code, output, _ = doctor("http://127.0.0.1:9", "--deadline", bad)
+        assert_clear(code, output, "deadline must be above 0")
+
+
+def test_a_million_series_are_refused_before_they_are_built():
+    series = b'{"metric":{},"value":[1,"1"]},' * 1_000_000
+    body = b'{"status":"success","data":{"resultType":"vector","result":[' + series[:-1] + b"]}}"
+    import resource
+
+    with serve(reply(body)) as url:
+        code, output, elapsed = doctor(url, "--timeout", "60")
+    assert_clear(code, output, "holds more than 2,000,000 strings")
+    assert elapsed < 20, elapsed
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 < 1024

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from genobs.build import render_spec
 from genobs.errors import SpecError
 from genobs.loader import load_spec_text
 from genobs.plan import build_plan
-from tests.conftest import SPECS
+from tests.conftest import REPO, SPECS
 
 FILE = "fuzz.yaml"
 TEXTS = [p.read_text() for p in SPECS]
@@ -223,3 +225,17 @@ def test_valid_variations_render_every_file(index, team, title, models, version,
     assert out.files["RUNBOOK.md"] and any(rel.startswith("grafana/") for rel in out.files)
     alerts = yaml.safe_load(out.files["prometheus/alerts.rules.yaml"])["groups"][0]["rules"]
     assert all(a["labels"].get("team") == team for a in alerts)
+
+
+def test_gate_inputs_fuzzer_finds_no_crash_in_a_short_run():
+    """`make fuzz` runs 10,000 cases per target; a short run here keeps the fuzzer itself working."""
+    r = subprocess.run(
+        [sys.executable, "bench/fuzz_gates.py", "--cases", "300", "--seed", "11"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "exports: 300 cases" in r.stdout and "answers: 300 cases" in r.stdout
+    assert r.stdout.count(" 0 other outcomes") == 2

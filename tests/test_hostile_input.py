@@ -319,3 +319,30 @@ def test_longest_accepted_durations_keep_generated_tests_bounded():
     assert span <= 60 + 60 + 5, span
     assert samples <= 5 * default_samples, (samples, default_samples)
     assert default_span <= 60, default_span
+
+
+# --- evaluation_interval: rules that run, in whole seconds -------------------------------------
+
+SLO = "slos: [{name: a, sli: ttft, threshold: 1s, objective: 99%}]\n"
+
+
+@pytest.mark.parametrize(
+    ("interval", "message"),
+    [
+        ("10y", "is longer than 2m"),
+        ("3m", "is longer than 2m"),
+        ("500ms", "not a whole number of seconds of at least 1s"),
+        ("200ms", "not a whole number of seconds of at least 1s"),
+        ("1500ms", "not a whole number of seconds"),
+    ],
+)
+def test_evaluation_interval_out_of_range_is_a_located_error(interval: str, message: str):
+    found = problems(GOOD + SLO + f"evaluation_interval: {interval}\n")
+    assert [p.field for p in found] == ["evaluation_interval"], [str(p) for p in found]
+    assert message in found[0].message and found[0].line == 6
+
+
+@pytest.mark.parametrize("interval", ["1s", "45s", "2m"])
+def test_evaluation_interval_within_range_plans(interval: str):
+    plan = build_plan(load_spec_text(GOOD + SLO + f"evaluation_interval: {interval}\n", "s.yaml"))
+    assert {g.interval for g in plan.groups if g.name.endswith(("-recording", "-alerts", "-slo"))} == {interval}

@@ -331,3 +331,35 @@ def test_bucket_bounds_are_written_as_the_python_client_writes_them():
     values += [b * 10.0**e for b in (1, 1.5, 2, 2.5, 5, 7.5) for e in range(-4, 12)]
     for v in values:
         assert floatToGoString(v) == client(v), v
+
+
+def test_test_generation_grows_linearly_with_the_slos(tmp_path: Path, monkeypatch):
+    """The work of generating tests (cases realized, rules matched while following
+    dependencies) per SLO stays put from 30 to 90 SLOs; before it grew with their square."""
+    from bench import scale_specs
+    from genobs.plan import groups
+    from genobs.testgen import unittests
+
+    counts = {"realize": 0, "matched": 0}
+    realize, matching = unittests._Planner.realize, groups.Recorded.matching
+
+    def counting_realize(self, *args):
+        counts["realize"] += 1
+        return realize(self, *args)
+
+    def counting_matching(self, name, equal):
+        found = matching(self, name, equal)
+        counts["matched"] += len(found)
+        return found
+
+    monkeypatch.setattr(unittests._Planner, "realize", counting_realize)
+    monkeypatch.setattr(groups.Recorded, "matching", counting_matching)
+    work = {}
+    for n in (30, 90):
+        counts.update(realize=0, matched=0)
+        plan = build_plan(load_spec(scale_specs.write(tmp_path, f"s{n}", n)))
+        packs = [t for _, doc in plan.unit_tests for t in doc["tests"]]
+        assert packs and all(len(t.get("alert_rule_tests", [])) <= 2 * unittests.PACK_CASES for t in packs)
+        work[n] = dict(counts)
+    for what in ("realize", "matched"):
+        assert work[90][what] <= 3 * 1.3 * work[30][what], (what, work)

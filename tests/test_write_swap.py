@@ -146,15 +146,38 @@ def test_leftovers_of_a_killed_build_are_cleaned_or_restored(tmp_path: Path):
     good = files(out / "chat")
     # a staging folder half written, and the old content moved aside just before the
     # second rename of the fallback swap: the visible folder is gone
-    (out / ".chat.new-abc123" / "prometheus").mkdir(parents=True)
-    (out / ".chat.new-abc123" / "prometheus" / "half.yaml").write_text("gro")
-    os.rename(out / "chat", out / ".chat.old-def456")
+    (out / ".chat.new-0123456789ab" / "prometheus").mkdir(parents=True)
+    (out / ".chat.new-0123456789ab" / ".genobs").write_text("written first\n")
+    (out / ".chat.new-0123456789ab" / "prometheus" / "half.yaml").write_text("gro")
+    (out / ".chat.new-abcdefabcdef").mkdir()  # killed before its first file
+    os.rename(out / "chat", out / ".chat.old-def456def456")
     r = CliRunner().invoke(main, ["check", str(SPEC), "-o", str(out)])
     assert r.exit_code == 1  # before the next build out/chat/ is missing, check says so
     r = CliRunner().invoke(main, ["build", str(SPEC), "-o", str(out), "--no-check"])
     assert r.exit_code == 0, r.output
     assert files(out / "chat") == good
     assert sorted(p.name for p in out.iterdir()) == ["chat"]
+
+
+def test_hidden_folders_genobs_did_not_make_are_left_alone(tmp_path: Path):
+    """Only leftovers with genobs' name, token and marker are deleted or restored."""
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = {
+        ".chat.old-backup": "a user's backup, shaped like a leftover",
+        ".chat.new-0123456789ab": "right name and token, but not genobs' content",
+        ".notes.old-aaaaaaaaaaaa": "another tool's folder",
+        ".missing.old-bbbbbbbbbbbb": "its target does not exist: not restored without the marker",
+    }
+    for name, text in mine.items():
+        (out / name).mkdir()
+        (out / name / "keep.txt").write_text(text)
+    r = CliRunner().invoke(main, ["build", str(SPEC), "-o", str(out), "--no-check"])
+    assert r.exit_code == 0, r.output
+    for name, text in mine.items():
+        assert (out / name / "keep.txt").read_text() == text, name
+    assert not (out / "missing").exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted([*mine, "chat"])
 
 
 # --- multi-spec: all or nothing ------------------------------------------------------------------
@@ -328,3 +351,111 @@ def test_fallback_without_exchange_still_replaces_whole_folders(tmp_path: Path, 
     writer.replace_dir(target, {"b.yaml": b"2", writer.MARKER: b"m"})
     assert files(target) == {"b.yaml": b"2", writer.MARKER: b"m"}
     assert sorted(p.name for p in target.parent.iterdir()) == ["chat"]
+
+
+# --- check: what is on disk is read as little as possible and never trusted ---------------------
+
+
+def test_check_reports_special_files_and_never_reads_a_file_of_another_size(tmp_path: Path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["build", str(SPEC), "-o", str(out), "--no-check"])
+    assert r.exit_code == 0, r.output
+    runbook = out / "chat" / "RUNBOOK.md"
+    runbook.unlink()
+    os.mkfifo(runbook)  # read, it would block forever
+    (out / "chat" / "loop").symlink_to("loop")
+    os.mkfifo(out / "chat" / "extra\x1b[2K")
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "genobs", "check", str(SPEC), "-o", str(out)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "changed  RUNBOOK.md (not a regular file (a FIFO))" in r.stdout
+    assert "extra    loop" in r.stdout and "extra    extra\\x1b[2K" in r.stdout and "\x1b" not in r.stdout
+    assert time.monotonic() - start < 30
+    for p in (runbook, out / "chat" / "loop", out / "chat" / "extra\x1b[2K"):
+        p.unlink()
+    with runbook.open("wb") as fh:  # 3 GB of holes: compared by size, never read
+        fh.truncate(3 * 2**30)
+    code = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'genobs', 'check', *sys.argv[1:]], capture_output=True, text=True)\n"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
+        "print(r.stdout)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(SPEC), "-o", str(out)], capture_output=True, text=True, timeout=120
+    )
+    first, _, report = r.stdout.partition("\n")
+    rc, peak = map(int, first.split())
+    assert rc == 1 and "changed  RUNBOOK.md" in report, r.stdout + r.stderr
+    assert peak < 400, peak
+
+
+def test_a_disk_full_build_removes_its_staging_folder(tmp_path: Path):
+    """A file-size limit makes a write fail as a full disk does (EFBIG instead of ENOSPC)."""
+    out = tmp_path / "out"
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
+        "from genobs.cli import main\n"
+        "sys.argv = ['genobs', 'build', '--no-check', sys.argv[1], '-o', sys.argv[2]]\n"
+        "main()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(SPEC), str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "File too large" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert list(out.iterdir()) == []  # no .chat.new-... left behind
+
+
+def test_the_next_build_removes_check_copies_a_killed_build_left_in_the_temp_folder(tmp_path: Path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)  # that process has exited
+    leftover = temp / f"genobs-check-{dead}-abc123"
+    (leftover / "chat" / "prometheus").mkdir(parents=True)
+    (leftover / ".genobs-check").write_text("marker\n")
+    (leftover / "chat" / "prometheus" / "alerts.rules.yaml").write_text("groups: []\n")
+    kept = {
+        f"genobs-check-{dead}-nomarker": "no marker: not provably genobs'",
+        f"genobs-check-{os.getpid()}-alive": "its owner still runs",
+        "genobs-check-other": "another shape",
+    }
+    for name, text in kept.items():
+        (temp / name).mkdir()
+        if "nomarker" not in name:
+            (temp / name / ".genobs-check").write_text(text)
+        (temp / name / "keep.txt").write_text(text)
+    env = {**os.environ, "TMPDIR": str(temp)}
+    r = subprocess.run(
+        [*GENOBS, "build", str(SPEC), "-o", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert not leftover.exists()
+    for name, text in kept.items():
+        assert (temp / name / "keep.txt").read_text() == text, name
+    own = sorted(p.name for p in temp.iterdir() if p.name.startswith("genobs-check-"))
+    assert own == sorted(kept)  # its own copies are gone too
+
+
+def test_old_output_that_cannot_be_deleted_is_a_warning_and_goes_with_the_next_build(tmp_path: Path):
+    out = tmp_path / "out"
+    assert build(str(SPEC), "-o", str(out), "--no-check").returncode == 0
+    stuck = out / "chat" / "RUNBOOK.md"
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available on this file system")
+    left = None
+    try:
+        r = build(str(SPEC), "-o", str(out), "--no-check")
+        assert r.returncode == 0, r.stderr
+        (left,) = [p for p in out.iterdir() if p.name.startswith(".chat.")]
+        assert f"warning: {left}/ (old output) could not be deleted; remove it by hand" in r.stderr
+        assert (out / "chat" / "RUNBOOK.md").is_file() and (left / "RUNBOOK.md").is_file()
+        assert (left / ".genobs").is_file()  # kept last: the next build can prove the folder is its own
+    finally:
+        subprocess.run(["chattr", "-i", str(left / "RUNBOOK.md" if left else stuck)], check=False)
+    r = build(str(SPEC), "-o", str(out), "--no-check")
+    assert r.returncode == 0 and "warning: " not in r.stderr.replace("warning: runbook", ""), r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["chat"]

@@ -93,13 +93,20 @@ def benchmark(
     run lacks what it needs; 2: an input cannot be read.
     """
     from genobs.cli import fail_spec
-    from genobs.errors import SpecError
+    from genobs.errors import SpecError, printable
     from genobs.gates.bench_report import render_json, render_text
     from genobs.gates.formats import load_runs
     from genobs.gates.kpis import evaluate
-    from genobs.gates.runs import InputError
+    from genobs.gates.runs import MAX_RUNS, InputError
     from genobs.gates.thresholds import load_gates
 
+    if plot_path is not None:
+        from genobs.gates.plot import PlotUnavailable, check_path
+
+        try:
+            check_path(plot_path)
+        except PlotUnavailable as exc:
+            _fail_input(f"error: {exc}")
     if not spec_path.is_file():
         _fail_input(f"{spec_path}: error: no such spec file")
     try:
@@ -107,17 +114,20 @@ def benchmark(
     except SpecError as exc:
         fail_spec(exc, "nothing was judged")
     try:
-        runs = [run for path in results for run in load_runs(path)]
+        runs, baseline = [], []
+        for path in results:
+            runs += load_runs(path)
+            if len(runs) > MAX_RUNS:
+                raise InputError(str(path), f"more than {MAX_RUNS} runs in the inputs; judge a sweep at a time")
         baseline = load_runs(baseline_path) if baseline_path is not None else []
     except InputError as exc:
-        _fail_input(str(exc))
+        _fail_input(printable(str(exc)))
     report = evaluate(gates, runs, baseline)
+    # the verdict first: a chart that cannot be drawn (exit 2) must not lose it
+    click.echo(render_json(report) if fmt == "json" else render_text(report, fmt), nl=False)
     if plot_path is not None:
-        from genobs.gates.plot import PlotUnavailable
-
         try:
             _plot(report, plot_path)
         except PlotUnavailable as exc:
             _fail_input(f"error: {exc}")
-    click.echo(render_json(report) if fmt == "json" else render_text(report, fmt), nl=False)
     sys.exit(report.exit_code)

@@ -6,13 +6,14 @@ no data for a side (with the hints `genobs doctor` gives)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import click
+
+from genobs.commands.promopts import prometheus_options
 
 DEFAULT_WINDOW = "1h"
 
@@ -47,18 +48,18 @@ def _env(gates):
     )
 
 
-def _values(url: str, queries, side, timeout: float) -> dict[str, float | None]:
+def _values(server, queries, side) -> dict[str, float | None]:
     from genobs.commands.doctor import _api
     from genobs.gates.promtable import scalar
 
     out = {}
     for query in queries:
-        data = _api(url, "query", {"query": query.expr, "time": f"{side.at:.3f}"}, timeout=timeout, post=True)
+        data = _api(server, "query", {"query": query.expr, "time": f"{side.at:.3f}"}, post=True)
         out[query.key] = scalar(data.get("result", []))
     return out
 
 
-def _no_data(url: str, gates, env, side, timeout: float) -> None:
+def _no_data(server, gates, env, side) -> None:
     """No finished request for a side: say which selector, where the series are, and doctor's hints."""
     from genobs import promql as q
     from genobs.commands.doctor import _TITLES, _api, diagnose, hint
@@ -70,7 +71,7 @@ def _no_data(url: str, gates, env, side, timeout: float) -> None:
     base = tuple(m for m in env.matchers(side) if m[0] not in {label for label, _, _ in side.matchers})
     for label, _, _ in side.matchers:
         expr = f"count by ({label}) ({q.selector(metric, base)})"
-        found = _api(url, "query", {"query": expr, "time": f"{side.at:.3f}"}, timeout=timeout, post=True)["result"]
+        found = _api(server, "query", {"query": expr, "time": f"{side.at:.3f}"}, post=True)["result"]
         values = sorted({r["metric"].get(label, "") for r in found} - {""})
         if values:
             lines.append(f"  {label} values under the spec's selector: {', '.join(values[:10])}")
@@ -78,7 +79,7 @@ def _no_data(url: str, gates, env, side, timeout: float) -> None:
             lines.append(f"  the spec's series carry no {label} label")
     spec_only = Side(side.name, side.text, (), side.at, side.window_s)
     equal = tuple((k, v) for k, op, v in env.matchers(spec_only) if op == "=")
-    report = diagnose(url, equal, env.models, gates.plan.raw_metrics, env.features, env.catalog.engine, timeout)
+    report = diagnose(server, equal, env.models, gates.plan.raw_metrics, env.features, env.catalog.engine)
     for kind in dict.fromkeys(m.kind for m in report.missing):
         group = [m for m in report.missing if m.kind == kind]
         lines.append(
@@ -119,9 +120,9 @@ def _sides(baseline, candidate, baseline_time, candidate_time, window):
 
 
 def _render(gates, url, sides, rows, warnings, fmt) -> str:
-    from genobs.gates.comparison import FAILING, REGRESSION, show
+    from genobs.gates.comparison import BREACH, FAILING, MISSING, REGRESSION, failed, nothing_judged, show
     from genobs.gates.kpis import fmt as fmt_value
-    from genobs.gates.table import render
+    from genobs.gates.table import escape, render, strict_json
 
     bad = [r for r in rows if r.verdict in FAILING]
     if fmt == "json":
@@ -145,16 +146,16 @@ def _render(gates, url, sides, rows, warnings, fmt) -> str:
                 for r in rows
             ],
             "warnings": warnings,
-            "verdict": "fail" if bad else "pass",
-            "exit_code": 1 if bad else 0,
+            "verdict": "fail" if failed(rows) else "pass",
+            "exit_code": 1 if failed(rows) else 0,
         }
-        return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        return strict_json(doc)
     md = fmt == "md"
     b, c = sides
-    head = f"spec {gates.name} (use case {gates.use_case}, vLLM {gates.engine_version}) on {url}"
+    head = escape(f"spec {gates.name} (use case {gates.use_case}, vLLM {gates.engine_version}) on {url}", fmt)
     lines = [f"### genobs compare: {head}" if md else head, ""]
     for s in sides:
-        lines.append(f"{'- ' if md else ''}{s.name}: {s.text} (window {s.window} ending {_when(s.at)})")
+        lines.append(f"{'- ' if md else ''}{s.name}: {escape(s.text, fmt)} (window {s.window} ending {_when(s.at)})")
     lines.append("")
     cells = [
         [
@@ -174,14 +175,17 @@ def _render(gates, url, sides, rows, warnings, fmt) -> str:
         )
     )
     lines.append("")
-    lines += [f"warning: {w}" for w in warnings]
+    lines += [f"warning: {escape(w, fmt)}" for w in warnings]
     regressions = [r.query.title for r in bad if r.verdict == REGRESSION]
-    breaches = [r.query.title for r in bad if r.verdict != REGRESSION]
-    if not bad:
+    breaches = [r.query.title for r in bad if r.verdict == BREACH]
+    missing = [r.query.title for r in bad if r.verdict == MISSING]
+    if not failed(rows):
         lines.append("verdict: no regression")
     else:
         parts = [f"{len(regressions)} regression(s): {', '.join(regressions)}"] if regressions else []
         parts += [f"{len(breaches)} threshold breach(es) as before: {', '.join(breaches)}"] if breaches else []
+        parts += [f"{len(missing)} gated KPI(s) without candidate data: {', '.join(missing)}"] if missing else []
+        parts += ["nothing could be judged: no KPI has data on both sides"] if nothing_judged(rows) else []
         lines.append("verdict: FAIL, " + "; ".join(parts))
     return "\n".join(lines) + "\n"
 
@@ -215,9 +219,9 @@ def _render(gates, url, sides, rows, warnings, fmt) -> str:
 @click.option(
     "--plot", "plot_path", type=click.Path(path_type=Path), help="Write a before/after PNG of the judged KPIs."
 )
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds per HTTP request.")
+@prometheus_options
 def compare(
-    spec_path, url, baseline, candidate, baseline_time, candidate_time, window, tolerance, fmt, plot_path, timeout
+    spec_path, url, baseline, candidate, baseline_time, candidate_time, window, tolerance, fmt, plot_path, **reach
 ) -> None:
     """Run the same KPI queries for a baseline and a candidate and flag regressions
     against SPEC's thresholds and --tolerance.
@@ -227,39 +231,48 @@ def compare(
     (`--baseline-time now-2h..now-1h --candidate-time now-1h..now`).
     """
     from genobs.cli import fail_spec
-    from genobs.commands.doctor import PrometheusError
+    from genobs.commands.promopts import server_from
     from genobs.errors import SpecError
-    from genobs.gates.comparison import FAILING, judge, profile_warnings
+    from genobs.gates.comparison import FAILING, failed, judge, profile_warnings
     from genobs.gates.promtable import build_queries
     from genobs.gates.sides import SideError, parse_tolerance
     from genobs.gates.thresholds import load_gates
+    from genobs.promhttp import PrometheusError
 
     try:
         sides = _sides(baseline, candidate, baseline_time, candidate_time, window)
         tol = parse_tolerance(tolerance)
     except SideError as exc:
         _exit2(f"error: {exc}")
+    if plot_path is not None:
+        from genobs.gates.plot import PlotUnavailable, check_path
+
+        try:
+            check_path(plot_path)
+        except PlotUnavailable as exc:
+            _exit2(f"error: {exc}")
     if not spec_path.is_file():
         _exit2(f"{spec_path}: error: no such spec file")
     try:
         gates = load_gates(spec_path)
     except SpecError as exc:
         fail_spec(exc, "nothing was compared")
-    if "://" not in url:
-        url = "http://" + url
     env = _env(gates)
     values = {}
     try:
+        server = server_from(url, **reach)
         for side in sides:
             queries = build_queries(env, side)
-            values[side.name] = _values(url, queries, side, timeout)
+            values[side.name] = _values(server, queries, side)
             if not values[side.name].get("requests"):
-                _no_data(url, gates, env, side, timeout)
+                _no_data(server, gates, env, side)
     except PrometheusError as exc:
         _exit2(f"error: {exc}")
     requests = tuple(values[s.name]["requests"] * s.window_s for s in sides)
     rows = judge(gates, queries, values["baseline"], values["candidate"], tol, requests)
     warnings = profile_warnings(rows, tol)
+    # the table first: a chart that cannot be drawn must not lose it
+    click.echo(_render(gates, server.shown, sides, rows, warnings, fmt), nl=False)
     if plot_path is not None:
         from genobs.gates.plot import PlotUnavailable, before_after_chart
 
@@ -272,5 +285,4 @@ def compare(
             before_after_chart(plot_path, judged, f"{gates.name}: {sides[1].text} vs {sides[0].text}")
         except PlotUnavailable as exc:
             _exit2(f"error: {exc}")
-    click.echo(_render(gates, url, sides, rows, warnings, fmt), nl=False)
-    sys.exit(1 if any(r.verdict in FAILING for r in rows) else 0)
+    sys.exit(1 if failed(rows) else 0)

@@ -14,9 +14,10 @@ import click
 
 from genobs import promql as q
 from genobs.catalog import Catalog, format_version, load_catalog
+from genobs.commands.promopts import prometheus_options, server_from
 from genobs.commands.scrape_config import colon_prefix, underscore_prefix
 from genobs.errors import printable
-from genobs.promhttp import PrometheusError, api, check_timeout, check_url
+from genobs.promhttp import PrometheusError, Server, api
 
 DEFAULT_URL = "http://localhost:9090"
 
@@ -75,15 +76,15 @@ class Report:
 _api = api  # genobs.commands.compare reads it from here
 
 
-def metric_names(base: str, timeout: float = 10.0) -> set[str]:
+def metric_names(server: Server) -> set[str]:
     """Every metric name Prometheus knows (`/api/v1/label/__name__/values`)."""
-    return set(_api(base, "label/__name__/values", timeout=timeout))
+    return set(_api(server, "label/__name__/values"))
 
 
-def live_names(base: str, matchers: tuple[q.Matcher, ...], timeout: float = 10.0) -> set[str]:
+def live_names(server: Server, matchers: tuple[q.Matcher, ...]) -> set[str]:
     """Names of the series matching `matchers` that have a fresh sample (an instant query)."""
     expr = f"count by (__name__) ({q.selector('', matchers)})"
-    data = _api(base, "query", {"query": expr}, timeout=timeout, post=True)
+    data = _api(server, "query", {"query": expr}, post=True)
     return {r["metric"].get("__name__", "") for r in data.get("result", [])} - {""}
 
 
@@ -222,13 +223,12 @@ def _foreign(spec) -> tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...]:
 
 
 def diagnose(
-    base: str,
+    server: Server,
     selector: tuple[tuple[str, str], ...] = (),
     models: tuple[str, ...] = (),
     needed: frozenset[str] = frozenset(),
     features: frozenset[str] = frozenset(),
     engine: str = "vllm",
-    timeout: float = 10.0,
     foreign: tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...] = (),
 ) -> Report:
     """`foreign`: needed names another job exports (DCGM), with the matchers of that job
@@ -239,16 +239,16 @@ def diagnose(
     engine_matchers: tuple[q.Matcher, ...] = (("__name__", "=~", engine_re), *sel)
     if models:
         engine_matchers += (("model_name", "=~", q.any_of(models)),)
-    present = live_names(base, engine_matchers, timeout)
+    present = live_names(server, engine_matchers)
     elsewhere = {n for names, _ in foreign for n in names}
     for names, matchers in foreign:
         wanted = sorted(names & needed)
         if wanted:
-            present |= live_names(base, (("__name__", "=~", "|".join(re.escape(n) for n in wanted)), *matchers), timeout)
+            present |= live_names(server, (("__name__", "=~", "|".join(re.escape(n) for n in wanted)), *matchers))
     others = sorted(n for n in needed if dialect_of({n}, engine) == "none" and n not in elsewhere)
     if others:
-        present |= live_names(base, (("__name__", "=~", "|".join(re.escape(n) for n in others)), *sel), timeout)
-    known = metric_names(base, timeout)
+        present |= live_names(server, (("__name__", "=~", "|".join(re.escape(n) for n in others)), *sel))
+    known = metric_names(server)
     vllm_known = {n for n in known if dialect_of({n}, engine) != "none"}
     vllm_present = {n for n in present if dialect_of({n}, engine) != "none"}
     report = Report(
@@ -289,8 +289,8 @@ def _dialect_text(dialect: str, engine: str) -> str:
     metavar="URL",
     help="Base URL of the Prometheus to ask (HTTP API at URL/api/v1/).",
 )
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds per HTTP request.")
-def doctor(spec: Path | None, url: str, timeout: float) -> None:
+@prometheus_options
+def doctor(spec: Path | None, url: str, **reach) -> None:
     """Check a live Prometheus against SPEC: which vLLM series exist, in which
     metric-name dialect, and which raw metrics the rules need are missing.
 
@@ -300,11 +300,8 @@ def doctor(spec: Path | None, url: str, timeout: float) -> None:
     """
     from genobs.errors import SpecError
 
-    if "://" not in url:
-        url = "http://" + url
     try:
-        check_url(url)
-        check_timeout(timeout)
+        server = server_from(url, **reach)
     except PrometheusError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -336,12 +333,12 @@ def doctor(spec: Path | None, url: str, timeout: float) -> None:
         features = frozenset(k for k, on in s.features.model_dump().items() if on)
         engine, spec_dialect = s.service.engine, s.service.metric_names
     try:
-        report = diagnose(url, selector, models, needed, features, engine, timeout, foreign)
+        report = diagnose(server, selector, models, needed, features, engine, foreign)
     except PrometheusError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
 
-    click.echo(f"Prometheus {url}")
+    click.echo(f"Prometheus {server.shown}")
     click.echo(f"  vLLM series under {report.selector}: {len(report.present)} names")
     click.echo(f"  dialect: {_dialect_text(report.dialect, engine)}")
     if report.elsewhere and report.dialect == "none":

@@ -192,6 +192,9 @@ def init(
     """Write a commented starting spec for a use case (stdout, or -o FILE)."""
     if output is not None and output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    for option, value in (("--model", model), ("--job", job)):
+        if not value.strip():
+            raise click.BadParameter("must not be empty", param_hint=option)
     args = (use_case, model, name, engine_version, namespace, schema_ref(output))
     text = spec_text(*args, job=job)
     from genobs.errors import SpecError

@@ -5,6 +5,7 @@ that undo the `:` -> `_` escaping Prometheus 2.x gets from prometheus_client
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import click
@@ -69,6 +70,10 @@ def scrape_job(
     return out
 
 
+_DURATION = re.compile(r"(?:[1-9]\d*(?:ms|s|m|h|d|w|y))+")  # positive, as Prometheus writes it
+_TARGET = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")
+
+
 def dump(data: object) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
 
@@ -108,6 +113,14 @@ def scrape_config(
     if relabel_only:
         click.echo(dump({"metric_relabel_configs": relabel_configs()}), nl=False)
         return
+    if interval is not None and not _DURATION.fullmatch(interval):
+        raise click.BadParameter(f"{interval!r} is not a Prometheus duration; write e.g. 15s or 1m", param_hint="--interval")
+    for t in targets:
+        if not _TARGET.fullmatch(t):
+            raise click.BadParameter(
+                f"{t!r} is not HOST:PORT (no scheme, path or spaces; the job sets those), e.g. 10.0.0.5:8000",
+                param_hint="--target",
+            )
     labels: dict[str, str] = {}
     engine = "vllm"
     if spec is not None:

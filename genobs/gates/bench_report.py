@@ -3,11 +3,9 @@ text, Markdown or JSON."""
 
 from __future__ import annotations
 
-import json
-
 from genobs.gates.kpis import GATING, Report, Row, fmt
 from genobs.gates.runs import METRICS, Run, Workload, concurrency_text
-from genobs.gates.table import render
+from genobs.gates.table import escape, render, strict_json
 from genobs.gates.vocabulary import NAMES, footnote
 
 
@@ -56,17 +54,21 @@ def _summary(report: Report) -> str:
 def render_text(report: Report, fmt_name: str = "text") -> str:
     s = report.spec
     md = fmt_name == "md"
-    head = f"spec {s.name} (use case {s.use_case}, vLLM {s.engine_version}): {len(report.runs)} run(s)"
+
+    def esc(text: str) -> str:
+        return escape(text, fmt_name)
+
+    head = esc(f"spec {s.name} (use case {s.use_case}, vLLM {s.engine_version}): {len(report.runs)} run(s)")
     lines = [f"### genobs benchmark: {head}" if md else head, ""]
     for i, rr in enumerate(report.runs, 1):
         run = rr.run
         model = f", model {run.workload.model}" if run.workload.model else ""
-        lines.append(f"{'- ' if md else ''}run {i}: {run.path} ({run.tool}{model})")
-        lines.append(f"{'  - ' if md else '  '}workload: {workload_text(run.workload)}")
+        lines.append(f"{'- ' if md else ''}run {i}: {esc(f'{run.path} ({run.tool}{model})')}")
+        lines.append(f"{'  - ' if md else '  '}workload: {esc(workload_text(run.workload))}")
         for w in rr.warnings:
-            lines.append(f"{'  - ' if md else '  '}warning: {w}")
+            lines.append(f"{'  - ' if md else '  '}warning: {esc(w)}")
     for b in report.baseline:
-        lines.append(f"{'- ' if md else ''}baseline: {b.path} ({b.tool}); workload: {workload_text(b.workload)}")
+        lines.append(f"{'- ' if md else ''}baseline: {esc(f'{b.path} ({b.tool}); workload: {workload_text(b.workload)}')}")
     lines.append("")
     with_base = bool(report.baseline)
     header = ["run", "KPI", "value"] + (["baseline", "change"] if with_base else []) + ["threshold", "verdict", "note"]
@@ -129,4 +131,4 @@ def render_json(report: Report) -> str:
         "verdict": "fail" if report.failed else "pass",
         "exit_code": report.exit_code,
     }
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return strict_json(doc)

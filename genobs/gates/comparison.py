@@ -11,7 +11,9 @@ from genobs.gates.promtable import Query
 from genobs.gates.thresholds import SpecGates
 
 OK, REGRESSION, BREACH, IMPROVED, NO_DATA, INFO = "ok", "REGRESSION", "BREACH", "improved", "no data", "info"
-FAILING = (REGRESSION, BREACH)
+MISSING = "NO DATA"  # a gated KPI the candidate has no samples for: the gate fails closed
+FAILING = (REGRESSION, BREACH, MISSING)
+JUDGED = (OK, IMPROVED, REGRESSION, BREACH)
 # a failure share's relative change means nothing below this many failed requests in the window
 MIN_FAILURES = 10
 
@@ -92,7 +94,8 @@ def judge(
             rows.append(row)
             continue
         if b is None or c is None:
-            row.verdict = NO_DATA
+            # a threshold, or a baseline that had the KPI, makes the candidate's gap a failure
+            row.verdict = MISSING if c is None and (row.threshold or b is not None) else NO_DATA
             row.note = "no samples on " + (
                 "either side" if b is None and c is None else "the baseline" if b is None else "the candidate"
             )
@@ -147,3 +150,12 @@ def profile_warnings(rows: list[CompareRow], tolerance: float) -> list[str]:
                 "under the same prompt-length mix, output-length mix and concurrency"
             )
     return out
+
+
+def nothing_judged(rows: list[CompareRow]) -> bool:
+    """No KPI had data on both sides: a gate never passes blind."""
+    return not any(r.verdict in JUDGED for r in rows)
+
+
+def failed(rows: list[CompareRow]) -> bool:
+    return nothing_judged(rows) or any(r.verdict in FAILING for r in rows)

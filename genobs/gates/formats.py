@@ -16,11 +16,24 @@ measure (a non-streaming run has no TTFT) stays absent; it is never read as zero
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from genobs.gates import per_user
-from genobs.gates.runs import MAX_BYTES, METRICS, InputError, Run, Workload, derive_common, number, time_factor
+from genobs.gates.runs import (
+    MAX_BYTES,
+    MAX_CONTAINERS,
+    MAX_RUNS,
+    MAX_STRINGS,
+    MAX_VALUES,
+    METRICS,
+    InputError,
+    Run,
+    Workload,
+    finish,
+    number,
+    time_factor,
+)
+from genobs.inputs import Unreadable, load_json, read_regular
 
 # --- AIPerf ------------------------------------------------------------------------------------
 
@@ -88,10 +101,11 @@ def _aiperf_workload(doc: dict, cfg: dict, file: str, where: str) -> Workload:
     endpoint = cfg.get("endpoint") if isinstance(cfg.get("endpoint"), dict) else {}
     if isinstance(endpoint.get("streaming"), bool):
         w.streaming = endpoint["streaming"]
-    models = cfg.get("models", {})
-    names = endpoint.get("model_names") or [
-        m.get("name") for m in (models.get("items", []) if isinstance(models, dict) else []) if isinstance(m, dict)
-    ]
+    models = cfg.get("models") if isinstance(cfg.get("models"), dict) else {}
+    items = models.get("items") if isinstance(models.get("items"), list) else []
+    names = endpoint.get("model_names") or [m.get("name") for m in items if isinstance(m, dict)]
+    if not isinstance(names, list):
+        raise InputError(file, f"expected a list of model names, got {names!r}"[:200], "input_config.endpoint.model_names")
     w.model = ", ".join(str(n) for n in names if n)
     # resolved config: `loadgen` up to 0.1.x, `phases` (one per warmup/profiling phase) later
     loadgen = cfg.get("loadgen") if isinstance(cfg.get("loadgen"), dict) else {}
@@ -355,22 +369,19 @@ PARSERS = {"aiperf": parse_aiperf, "guidellm": parse_guidellm, "vllm": parse_vll
 def load_runs(path: Path) -> list[Run]:
     file = str(path)
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise InputError(file, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_BYTES:
-        raise InputError(file, f"larger than {MAX_BYTES // (1024 * 1024)} MiB; not a benchmark export")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        line = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise InputError(file, f"not valid JSON{line}") from None
+        raw = read_regular(path, MAX_BYTES + 1, "export", "a benchmark export is a regular JSON file")
+        if len(raw) > MAX_BYTES:
+            raise Unreadable(f"larger than {MAX_BYTES // (1024 * 1024)} MiB; not a benchmark export")
+        doc = load_json(raw, MAX_CONTAINERS, MAX_VALUES, MAX_STRINGS)
+    except Unreadable as exc:
+        raise InputError(file, exc.message) from None
+    del raw  # the bytes are not needed while the runs are built
     kind = detect(doc)
     if kind is None:
         raise InputError(file, f"not a benchmark export genobs knows; expected one of: {FORMATS}")
+    if kind == "guidellm" and len(doc["benchmarks"]) > MAX_RUNS:
+        raise InputError(file, f"holds {len(doc['benchmarks'])} benchmarks; at most {MAX_RUNS} are judged", "benchmarks")
     runs = PARSERS[kind](doc, file)
     for run in runs:
         run.family = kind
-        derive_common(run)
-    return runs
+    return finish(runs)

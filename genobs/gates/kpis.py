@@ -4,6 +4,7 @@ figures shown beside them and never compared with a per-user number."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from genobs.gates.runs import METRICS, TITLES, Run
@@ -127,7 +128,8 @@ def _prefill_row(spec: SpecGates, run: Run, kpi: dict, row: Row) -> Row:
         row.verdict, row.note = NO_DATA, row.note or _missing_note(run, kpi["metric"])
         return row
     row.verdict = FAIL if row.value < need else PASS
-    row.note = row.note or f"a {ref:,}-token input waits ~{fmt(ref / row.value, 's')} for prefill"
+    wait = f"~{fmt(ref / row.value, 's')}" if row.value > 0 else "forever (no prefill progress)"
+    row.note = row.note or f"a {ref:,}-token input waits {wait} for prefill"
     return row
 
 
@@ -205,6 +207,13 @@ def _match(run: Run, baseline: list[Run]) -> Run | None:
     return same[0] if len(same) == 1 else None
 
 
+def _gain(before: float, after: float) -> float:
+    """Relative change; from zero (every request failed) any output is an unbounded rise, none is no rise."""
+    if before > 0:
+        return after / before - 1.0
+    return math.inf if after > 0 else 0.0
+
+
 def _rises_row(sweep: list[Run], kpi: dict) -> Row:
     min_gain = gate_data()["rules"]["rises_with_concurrency"]["min_gain"]
     metric = kpi["metric"]
@@ -219,7 +228,7 @@ def _rises_row(sweep: list[Run], kpi: dict) -> Row:
     if None in values:
         row.verdict, row.note = NO_DATA, f"{TITLES[metric]} missing in {sweep[values.index(None)].path}"
         return row
-    gains = [values[i][1].value / values[i - 1][1].value - 1.0 for i in range(1, len(values))]
+    gains = [_gain(values[i - 1][1].value, values[i][1].value) for i in range(1, len(values))]
     stop = next((i for i, g in enumerate(gains) if g < min_gain), None)
     row.value = gains[stop] if stop is not None else min(gains)
     if stop is None:

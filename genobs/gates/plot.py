@@ -6,11 +6,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from genobs.errors import printable
+
 INSTALL_HINT = "--plot needs matplotlib: pip install 'genobs[plot]' (or pip install matplotlib)"
 
 
 class PlotUnavailable(Exception):
     pass
+
+
+def check_path(path: Path) -> None:
+    """Refuse, before any work, a --plot target that cannot become a PNG file."""
+    if path.is_dir():
+        raise PlotUnavailable(f"--plot {printable(str(path))}: is a folder; give a file name ending in .png")
+    if path.suffix.lower() != ".png":
+        raise PlotUnavailable(f"--plot {printable(str(path))}: the chart is a PNG; give a file name ending in .png")
+    if not path.parent.is_dir():
+        raise PlotUnavailable(f"--plot {printable(str(path))}: the folder {printable(str(path.parent))} does not exist")
+
+
+def _plain(text: str) -> str:
+    """Text as matplotlib should draw it: '$' would start mathtext (and fail on an odd count)."""
+    return printable(text).replace("$", r"\$")
+
+
+def _save(fig, path: Path) -> None:
+    try:
+        fig.savefig(path, metadata={"Software": None})
+    except OSError as exc:
+        raise PlotUnavailable(f"--plot {printable(str(path))}: cannot write: {exc.strerror or exc}") from None
 
 
 def _pyplot():
@@ -44,7 +68,7 @@ def sweep_chart(
     us = [(c, v) for c, v in zip(concurrency, per_user) if v is not None]
     right.plot([c for c, _ in us], [v for _, v in us], "s-", color="tab:orange", label="output tok/s/user")
     if threshold is not None:
-        right.axhline(threshold, color="tab:red", linestyle="--", linewidth=1.2, label=threshold_label)
+        right.axhline(threshold, color="tab:red", linestyle="--", linewidth=1.2, label=_plain(threshold_label))
     if concurrency and max(concurrency) / max(min(concurrency), 1e-9) >= 8:
         left.set_xscale("log", base=2)
     left.set_xticks(concurrency)
@@ -59,10 +83,12 @@ def sweep_chart(
     handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
     labels = left.get_legend_handles_labels()[1] + right.get_legend_handles_labels()[1]
     left.legend(handles, labels, loc="upper center", fontsize=8, framealpha=0.9)
-    left.set_title(title, fontsize=10)
+    left.set_title(_plain(title), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def before_after_chart(path: Path, rows: list[tuple[str, float, float, bool]], title: str) -> None:
@@ -73,7 +99,7 @@ def before_after_chart(path: Path, rows: list[tuple[str, float, float, bool]], t
 
     height = max(2.5, 0.38 * len(rows) + 1.4)
     fig, ax = plt.subplots(figsize=(9, height), dpi=100)
-    names = [r[0] for r in rows][::-1]
+    names = [_plain(r[0]) for r in rows][::-1]
     ratios = [min(100.0, max(0.01, (r[2] / r[1]) if r[1] else 1.0)) for r in rows][::-1]
     colours = ["tab:red" if r[3] else "tab:green" for r in rows][::-1]
     ax.barh(names, [x - 1.0 for x in ratios], left=1.0, color=colours, alpha=0.8)
@@ -104,8 +130,10 @@ def before_after_chart(path: Path, rows: list[tuple[str, float, float, bool]], t
             )
     ax.set_xlabel("candidate ÷ baseline (log scale; red: fails the gate)")
     ax.tick_params(axis="y", labelsize=8)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_plain(title), fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)

@@ -42,6 +42,12 @@ TITLES = {
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "seconds": 1.0}
 
 MAX_BYTES = 256 * 1024 * 1024  # vllm bench keeps generated texts; a bigger file is not a benchmark export
+# what json.loads may build from one export: a detailed vllm run holds one itls list per request
+# and one float per token; these keep a 256 MiB export's memory a small multiple of its size
+MAX_CONTAINERS = 1_000_000
+MAX_VALUES = 16_000_000
+MAX_STRINGS = 4_000_000  # keys included (json.loads shares repeated keys, so they cost little)
+MAX_RUNS = 256  # runs across every input of one command: a sweep is a handful
 
 
 class InputError(Exception):
@@ -111,6 +117,8 @@ def number(file: str, where: str, value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(file, f"expected a number, got {value!r}"[:200], where)
+    if isinstance(value, int) and abs(value) > 1e300:
+        raise InputError(file, "expected a measured figure, got an integer out of range", where)
     if not math.isfinite(value):
         raise InputError(file, f"expected a finite number, got {value!r}", where)
     return float(value)
@@ -133,3 +141,37 @@ def derive_common(run: Run) -> None:
         run.put("input_tps", "avg", total[1].value - out[1].value, "total - output tok/s")
     elif total is None and out and inp:
         run.put("total_tps", "avg", inp[1].value + out[1].value, "input + output tok/s")
+
+
+def _physical(run: Run) -> None:
+    """Refuse figures no run can measure: a negative time, rate or count, an infinite
+    speed, a run of no requests, no concurrency or no duration."""
+    for metric, stats in run.metrics.items():
+        for name, st in stats.items():
+            if not math.isfinite(st.value) or st.value < 0:
+                how = f" ({st.derived})" if st.derived else ""
+                raise InputError(
+                    run.path, f"{TITLES[metric]} {name} is {st.value!r}{how}; it cannot be negative or infinite", metric
+                )
+    w = run.workload
+    rules = (  # (name, value, zero allowed, why)
+        ("requests", w.requests, bool(w.failed), "a run of no requests measured nothing"),
+        ("concurrency", w.concurrency, False, "concurrency is at least 1 request in flight"),
+        ("duration", w.duration_s, False, "a run lasts a positive time"),
+        ("input tokens", w.input_tokens, True, ""),
+        ("output tokens", w.output_tokens, True, ""),
+        ("failed requests", w.failed, True, ""),
+    )
+    for name, value, zero_ok, why in rules:
+        if value is None:
+            continue
+        if value < 0 or (value == 0 and not zero_ok):
+            raise InputError(run.path, f"{name} is {value:g}; {why or 'it cannot be negative'}", f"workload.{name}")
+
+
+def finish(runs: list[Run]) -> list[Run]:
+    """Derived figures filled in, then every run checked for physically impossible values."""
+    for run in runs:
+        derive_common(run)
+        _physical(run)
+    return runs

@@ -3,6 +3,7 @@ over the same window, or one service over two time ranges (`START..END`)."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from genobs.units import prom_duration_seconds
 
 _MATCHER = re.compile(r"""\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^,]*?)\s*(?:,|$)""")
 _RELATIVE = re.compile(r"now(?:-((?:\d+(?:ms|s|m|h|d|w))+))?")
+MAX_UNIX_S = 253402300800.0  # 10000-01-01T00:00:00Z
 MAX_RANGE_S = 90 * 86400.0  # a longer range reads months of raw samples for one table
 
 
@@ -71,9 +73,14 @@ def parse_time(option: str, text: str, now: float) -> float:
     if rel:
         return now - (prom_duration_seconds(rel.group(1)) if rel.group(1) else 0.0)
     try:
-        return float(t)
+        value = float(t)
     except ValueError:
         pass
+    else:
+        # unix seconds of a time Prometheus can hold: not NaN, not before 1970, not past year 9999
+        if not (math.isfinite(value) and 0 <= value < MAX_UNIX_S):
+            raise SideError(f"{option}: {text!r} is not a time Prometheus can hold (unix seconds from 0 to year 9999)")
+        return value
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
@@ -82,6 +89,8 @@ def parse_time(option: str, text: str, now: float) -> float:
         ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
+    if dt.timestamp() < 0:
+        raise SideError(f"{option}: {text!r} is before 1970; Prometheus holds no samples that old")
     return dt.timestamp()
 
 

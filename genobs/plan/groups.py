@@ -21,16 +21,45 @@ def panels_interval(evaluation_interval: str) -> str:
     return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
 
 
-def by_record(rules) -> dict[str, list[RecordingRule]]:
+class Recorded(dict[str, list[RecordingRule]]):
+    """Recorded name -> its rules, in order, with their label values indexed: an SLO's
+    selector finds its one rule among every SLO's rules of that name without a scan."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._index: dict[str, dict[str, tuple[set[int], dict[str, set[int]]]]] = {}
+
+    def matching(self, name: str, equal: dict[str, str]) -> list[int]:
+        """Indices of the rules of `name` whose labels agree with the selector's equality matchers."""
+        rules = self.get(name, [])
+        if name not in self._index:
+            index: dict[str, tuple[set[int], dict[str, set[int]]]] = {}
+            keys = {k for rule in rules for k, _ in rule.labels}
+            for k in keys:
+                index[k] = ({i for i, r in enumerate(rules) if k not in dict(r.labels)}, {})
+            for i, rule in enumerate(rules):
+                for k, v in rule.labels:
+                    index[k][1].setdefault(v, set()).add(i)
+            self._index[name] = index
+        found: set[int] | None = None
+        for k, v in equal.items():
+            entry = self._index[name].get(k)
+            if entry is not None:  # rules without label k agree with any value of it
+                allowed = entry[0] | entry[1].get(v, set())
+                found = allowed if found is None else found & allowed
+        return sorted(found) if found is not None else list(range(len(rules)))
+
+
+def by_record(rules) -> Recorded:
     """Recorded name -> its rules, in order: follow() looks one up per selector."""
-    out: dict[str, list[RecordingRule]] = {}
+    out = Recorded()
     for rule in rules:
         if isinstance(rule, RecordingRule):
             out.setdefault(rule.record, []).append(rule)
     return out
 
 
-def follow(roots: list[str], recorded: dict[str, list[RecordingRule]]) -> tuple[set[tuple[str, int]], set[str]]:
+def follow(roots: list[str], recorded: Recorded) -> tuple[set[tuple[str, int]], set[str]]:
     """What the expressions `roots` read, transitively: the recording rules, as (record, index
     in recorded[record]), and the names no rule records (exported series). A selector reads a
     rule when its equality matchers agree with the rule's labels: an alert on
@@ -40,14 +69,13 @@ def follow(roots: list[str], recorded: dict[str, list[RecordingRule]]) -> tuple[
     todo = list(roots)
     while todo:
         for name, equal_items in q.equal_selectors(todo.pop()):
-            equal = dict(equal_items)
-            candidates = recorded.get(name, [])
-            if not candidates:
+            if name not in recorded:
                 exported.add(name)
-            for i, rule in enumerate(candidates):
-                if (name, i) not in rules and all(equal.get(k, v) == v for k, v in rule.labels):
+                continue
+            for i in recorded.matching(name, dict(equal_items)):
+                if (name, i) not in rules:
                     rules.add((name, i))
-                    todo.append(rule.expr)
+                    todo.append(recorded[name][i].expr)
     return rules, exported
 
 

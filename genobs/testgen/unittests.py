@@ -42,6 +42,7 @@ from genobs.testgen.unittests_slo import burn_rate, discover_slos, slo_fires, sl
 from genobs.units import prom_duration_seconds
 
 SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
+PACK_CASES = 32  # cases per test group at most: the example specs pack at most 18
 
 
 def _minutes(duration: str) -> int:
@@ -300,12 +301,16 @@ class _Planner:
 
     def pack(self, cases: list[Case]) -> list[Pack]:
         """First fit, longest first: a case joins a pack if, with all faults combined, every case
-        in it still fires exactly its severities with the same texts."""
+        in it still fires exactly its severities with the same texts. A pack is closed at
+        PACK_CASES cases: joining realizes every case of the pack, so unbounded packs made test
+        generation grow with the square of the SLOs."""
         assert self.env.healthy is not None
         packs: list[Pack] = []
         for case in sorted(cases, key=lambda c: -c.minutes):
             # a fault that adds replicas changes every other alert's value: it gets a group of its own
-            open_packs = [] if case.probe.alone else [p for p in packs if not p.cases[0].probe.alone]
+            open_packs = (
+                [] if case.probe.alone else [p for p in packs if not p.cases[0].probe.alone and len(p.cases) < PACK_CASES]
+            )
             for pack in open_packs:
                 try:
                     fleet = case.probe.fault(self.env, pack.fleet, case.param)
