@@ -202,9 +202,8 @@ def record_targets_down(r: Recorder) -> None:
     still warns about it); a target gone from service discovery (scale-in) is not either."""
     ctx = r.ctx
     by, up = capacity_labels(ctx), ctx.up()
-    served = f"max_over_time({up}[{SERVED_WINDOW}]) == 1"
-    serving = f"count {q.by(by)} ({served} and {up})"
-    lost = f"count {q.by(by)} ({up} == 0 and {served})"
-    ratio = q.ratio(f"{lost} or {serving} * 0", serving)
+    # each target's `up` now, for the targets that served (one read of the hour): 1 - its mean
+    served = f"{up} and (max_over_time({up}[{SERVED_WINDOW}]) == 1)"
+    ratio = f"1 - avg {q.by(by)} ({served})"
     none_up = f"{q.sum_by(by, up)} == 0"
     r.add("process_targets_down_ratio", "serving_targets_lost", "ratio", f"{ratio} or ({none_up}) + 1")

@@ -149,7 +149,9 @@ def _tokens(r: Recorder) -> None:
         "generation_length_mean",
         "generation_tokens_per_request",
         "mean",
-        q.ratio(ctx.sum_rate("generation_length", "_sum"), r.count("generation_length")),
+        # from _count, not the bucket rate's +Inf: the tokens-per-request alert reads this mean every
+        # evaluation, and the generation-length buckets are read by a dashboard panel only (at 1m)
+        q.ratio(ctx.sum_rate("generation_length", "_sum"), ctx.sum_rate("generation_length", "_count")),
     )
     # per-user speeds: tokens per second one request stream sees (tok/s/user); 0 where requests
     # finish but none decodes a second token (every answer empty), not a missing series
