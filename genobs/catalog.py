@@ -31,6 +31,7 @@ class NameRange:
     name: str
     since: Version
     until: Version | None
+    stand_in: bool = False  # another family's series read in its place (not a rename of this one)
 
     def contains(self, v: Version) -> bool:
         return self.since <= v and (self.until is None or v < self.until)
@@ -53,6 +54,11 @@ class MetricDef:
 
     def values_of(self, label: str) -> tuple[str, ...]:
         return dict(self.label_values).get(label, ())
+
+    def renamed_in(self, v: Version) -> str | None:
+        """The family's own name in release `v`, where it is not a stand-in for another family."""
+        found = [r for r in self.names if r.contains(v)]
+        return found[-1].name if found and not found[-1].stand_in else None
 
     def name_for(self, v: Version) -> str | None:
         try:
@@ -124,7 +130,10 @@ def _opt_version(text: object) -> Version | None:
 def _build(raw: dict) -> Catalog:
     metrics = {}
     for key, m in raw["metrics"].items():
-        names = tuple(NameRange(n["name"], parse_version(n["since"]), _opt_version(n.get("until"))) for n in m["names"])
+        names = tuple(
+            NameRange(n["name"], parse_version(n["since"]), _opt_version(n.get("until")), bool(n.get("stand_in", False)))
+            for n in m["names"]
+        )
         buckets = tuple(
             (parse_version(b["since"]), _opt_version(b.get("until")), tuple(float(x) for x in b["le"]))
             for b in m.get("buckets", [])

@@ -264,6 +264,12 @@ class Service(_Model):
     engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
         None, description="Engine release, e.g. '0.33' or '0.11.1'; picks metric names. Default: newest in the catalog."
     )
+    other_engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
+        None,
+        description="Another engine release running in the same fleet during an upgrade or a rollback, e.g. "
+        "'0.9.1' beside engine_version '0.12': every metric family renamed between the two is read under both "
+        "names (one series per target, deduplicated). Remove it once the rollout is done.",
+    )
     selector: dict[LabelName, SafeValue] = Field(
         default_factory=dict,
         description="Target labels every query is restricted to, e.g. {namespace: llm-prod, job: vllm}.",

@@ -209,6 +209,7 @@ class Replica:
     pod: str
     labels: dict[str, str]
     traffic: dict[str, Any]
+    version: tuple[int, ...]  # the vLLM release the replica runs (a pool's own during a rollout)
     events: list[dict] = field(default_factory=list)
     _memo: dict[tuple, dict[str, Any]] = field(default_factory=dict)
 
@@ -329,11 +330,15 @@ class Fleet:
         for p_idx, pool in enumerate(pools):
             name = pool.get("name", "")
             traffic = merge(base, pool.get("traffic", {}) or {})
+            # a pool may run another release than the fleet (pods already upgraded, or not yet)
+            release = version(pool["version"]) if "version" in pool else self.version
             for i in range(int(pool["replicas"])):
                 pod = f"{self.job}-{name + '-' if name else ''}{i}"
                 instance = f"10.0.{p_idx}.{11 + i}:8000"
                 self.replicas.append(
-                    Replica(name, i, instance, pod, {k: str(v) for k, v in (pool.get("labels") or {}).items()}, traffic)
+                    Replica(
+                        name, i, instance, pod, {k: str(v) for k, v in (pool.get("labels") or {}).items()}, traffic, release
+                    )
                 )
         for e in events:
             self._add_event(e)
@@ -494,7 +499,7 @@ class ReplicaSeries:
     def __init__(self, fleet: Fleet, r: Replica) -> None:
         self.f, self.r = fleet, r
         self.series: dict[tuple[str, Labels], Series] = {}
-        v = fleet.version
+        v = self.version = r.version
         self.reasons = next(e["reasons"] for e in reversed(DATA["finished_reasons"]) if in_range(e, v))
         base = {"job": fleet.job, "namespace": fleet.namespace, "instance": r.instance, "pod": r.pod}
         base.update(fleet.target_labels)
@@ -620,7 +625,7 @@ class ReplicaSeries:
         finish = {k: float(v) for k, v in p["finish"].items()}
         unknown = set(finish) - set(self.reasons)
         if unknown:
-            raise ValueError(f"finish reasons {sorted(unknown)} do not exist in vLLM {f.version}")
+            raise ValueError(f"finish reasons {sorted(unknown)} do not exist in vLLM {self.version}")
         total = sum(finish.values()) or 1.0
         kv = p["kv"] if isinstance(p["kv"], list) else [p["kv"]] * engines
         for e in range(engines):
@@ -666,7 +671,7 @@ class ReplicaSeries:
             self._gauge("waiting_by_reason", (*labels, ("reason", "deferred")), min(deferred, waiting))
             self._gauge("kv_usage", labels, 0.0 if zero else float(kv[e]))
             for entry in DATA["cache_config_info"]:
-                if in_range(entry, f.version):
+                if in_range(entry, self.version):
                     info = (*self.base, *((("engine", str(e)),) if f.engine_label else ()))
                     self._s(entry["name"], (*info, *DATA["cache_config_labels"].items()), False).values.append(1.0)
         self._frontend(p, dt, state, first)
@@ -683,15 +688,14 @@ class ReplicaSeries:
 
     def _frontend(self, p: dict, dt: int, state: str, first: bool) -> None:
         """API-server series: HTTP answers by status class and admission rejections (no engine label)."""
-        f = self.f
         accepting = state in ("serving", "zero_metrics") and not first
         rate = p["rate"] if accepting else 0.0
         for entry in DATA["admission_rejections"]:
-            if in_range(entry, f.version):
+            if in_range(entry, self.version):
                 for i, reason in enumerate(entry["reasons"]):
                     inc = float(p["admission_rejections"]) * dt if (i == 0 and state == "serving") else 0.0
                     self._add(entry["name"], (*self.model, ("reason", reason)), inc)
-        if not any(in_range(e, f.version) for e in DATA["http_requests"]):
+        if not any(in_range(e, self.version) for e in DATA["http_requests"]):
             return
         name = "http_requests_total"
         h = (("handler", p["handler"]), ("method", "POST"))

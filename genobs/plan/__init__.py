@@ -34,6 +34,27 @@ _FEATURE_NEEDS = {
 }
 
 
+def _other_version(doc: SpecDocument, catalog, version, problems: list[Problem]):
+    """service.other_engine_version: a known release other than engine_version, or None."""
+    text = doc.spec.service.other_engine_version
+    if text is None:
+        return None
+    where = ("service", "other_engine_version")
+    try:
+        other = parse_version(text)
+    except ValueError as exc:
+        problems.append(doc.problem(where, str(exc)))
+        return None
+    if not catalog.min_version <= other <= catalog.max_version:
+        known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
+        problems.append(doc.problem(where, f"vLLM {text} is outside the versions genobs knows ({known})"))
+        return None
+    if other == version:
+        problems.append(doc.problem(where, f"is engine_version itself ({format_version(version)}); name the other release"))
+        return None
+    return other
+
+
 def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
     spec = doc.spec
     catalog = load_catalog(spec.service.engine)
@@ -53,6 +74,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
                 )
             )
             return None
+    other = _other_version(doc, catalog, version, problems)
     if "job" not in spec.service.selector:
         problems.append(
             doc.problem(
@@ -109,6 +131,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         roles=(roles.label, roles.prefill, roles.decode) if roles is not None else None,
         spec=spec.name,
         evaluation_seconds=prom_duration_seconds(spec.evaluation_interval),
+        other_version=other,
     )
 
 
@@ -134,12 +157,18 @@ def _runbook(alerts: list[AlertRule], ctx: Context, rec) -> tuple[RunbookEntry, 
 def _raw_metrics(
     groups: tuple[RuleGroup, ...], ctx: Context, recorded: set[str], other: frozenset[str] = frozenset()
 ) -> frozenset[str]:
-    """Parse every expression once; every raw series it reads must exist for the version
-    (or be one of the `other` exporters' series the spec names: DCGM, kube-state-metrics, a gateway)."""
+    """Parse every expression once; every raw series it reads must exist for the version (or
+    for service.other_engine_version where a rename separates the two, or be one of the `other` exporters' series the spec names: DCGM, kube-state-metrics, a gateway)."""
     known = ctx.catalog.names_for(ctx.version) | {"up"}
     if ctx.dialect == "underscore":
         known = {n.replace(":", "_") for n in known}
     known |= other
+    # around a rename (service.other_engine_version), the other release's name of a renamed family
+    for key, metric in ctx.catalog.metrics.items():
+        name = ctx.renamed(key)
+        if name is not None:
+            suffixes = ("_bucket", "_sum", "_count") if metric.type == "histogram" else ("",)
+            known |= {name + s for s in suffixes}
     raw: set[str] = set()
     for g in groups:
         for rule in g.rules:

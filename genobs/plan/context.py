@@ -29,6 +29,7 @@ class Context:
     roles: tuple[str, str, str] | None = None  # (label, prefill value, decode value)
     spec: str = ""  # the spec's name: labels the SLO series, which several specs may share
     evaluation_seconds: float = 30.0  # the rule groups' evaluation interval
+    other_version: Version | None = None  # another release in the fleet (service.other_engine_version)
 
     @property
     def version_text(self) -> str:
@@ -88,6 +89,28 @@ class Context:
         label, prefill, decode = self.roles
         return ((label, "=", prefill if which == "prefill" else decode),)
 
+    def renamed(self, key: str) -> str | None:
+        """The wire name of `key` in the other release of the fleet, where a rename separates the two
+        (not where either name is a stand-in: the per-token histogram served as TPOT before the
+        per-request one existed)."""
+        if self.other_version is None:
+            return None
+        metric = self.catalog.metric(key)
+        own, other = metric.renamed_in(self.version), metric.renamed_in(self.other_version)
+        if own is None or other is None or other == own:
+            return None
+        return other.replace(":", "_") if self.dialect == "underscore" else other
+
+    def _selectors(self, key: str, suffix: str, extra: tuple[q.Matcher, ...], all_roles: bool, models: bool) -> list[str]:
+        if key in USER_FACING and not all_roles and not any(m[0] == (self.roles or ("",))[0] for m in extra):
+            extra = self.role("decode") + extra
+        matchers = self.raw_matchers(self.is_process(key), models) + extra
+        names = [self.metric(key, suffix)]
+        other = self.renamed(key)
+        if other is not None:
+            names.append(other + suffix)
+        return [q.selector(name, matchers) for name in names]
+
     def raw(
         self,
         key: str,
@@ -96,17 +119,22 @@ class Context:
         all_roles: bool = False,
         models: bool = True,
     ) -> str:
-        """Raw selector; user-facing series read the decode pool unless `all_roles`."""
-        if key in USER_FACING and not all_roles and not any(m[0] == (self.roles or ("",))[0] for m in extra):
-            extra = self.role("decode") + extra
-        return q.selector(self.metric(key, suffix), self.raw_matchers(self.is_process(key), models) + extra)
+        """Raw selector; user-facing series read the decode pool unless `all_roles`. Around a rename
+        (service.other_engine_version) both names, this release's first: `or` keeps one series per
+        target where a release exports both."""
+        sels = self._selectors(key, suffix, extra, all_roles, models)
+        return sels[0] if len(sels) == 1 else f"({' or '.join(sels)})"
 
     def up(self) -> str:
         """The scrape-health series of the targets behind the selector."""
         return q.selector("up", self.raw_matchers(process=True))
 
-    def rate(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
-        return q.rate(self.raw(key, suffix, extra), self.window)
+    def rate(
+        self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = (), window: str = "", models: bool = True
+    ) -> str:
+        """rate() of the raw series; around a rename, of each name, one series per target (`or`)."""
+        rates = [q.rate(sel, window or self.window) for sel in self._selectors(key, suffix, extra, False, models)]
+        return rates[0] if len(rates) == 1 else f"({' or '.join(rates)})"
 
     def sum_rate(
         self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = (), labels: tuple[str, ...] = ()

@@ -64,7 +64,7 @@ class Sli:
         return self.ctx.recorded(self.recorded[key], extra, models=False)
 
     def raw_rate(self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
-        return q.rate(self.ctx.raw(key, suffix, extra, models=False), self.w)
+        return self.ctx.rate(key, suffix, extra, window=self.w, models=False)
 
     def finished(self) -> str:
         """Finished requests of any reason (the per-token SLOs' traffic gate)."""
