@@ -122,7 +122,7 @@ def _json(raw: bytes) -> object:
 
 def api(base: str, path: str, params: dict | None = None, timeout: float = 10.0, post: bool = False) -> object:
     """`data` of a successful /api/v1/<path> answer, its shape checked for the
-    endpoints genobs reads (`query`: a result list of series; `label/.../values`: names)."""
+    endpoints genobs reads (`query`, `query_range`: a result list of series; `label/.../values`: names)."""
     url = f"{base.rstrip('/')}/api/v1/{path}"
     body = urllib.parse.urlencode(params or {}, doseq=True)
     status, raw = fetch(base, f"api/v1/{path}", body, post=post, timeout=timeout)
@@ -138,7 +138,7 @@ def api(base: str, path: str, params: dict | None = None, timeout: float = 10.0,
         err = doc.get("error", doc.get("status"))
         raise PrometheusError(f"{url}: {_quote(str(err))}")
     data = doc.get("data")
-    if path == "query" and not _is_vector(data):
+    if path in ("query", "query_range") and not _is_vector(data):
         raise PrometheusError(f"{url}: the answer's data is not a query result ({_quote(json.dumps(data)[:80])})")
     if path.startswith("label/") and not (isinstance(data, list) and all(isinstance(v, str) for v in data)):
         raise PrometheusError(f"{url}: the answer's data is not a list of names ({_quote(json.dumps(data)[:80])})")
