@@ -252,3 +252,82 @@ def test_plot_has_one_row_per_fired_alert(history):
     assert share((214, 39, 40)) > 0.001  # tab:red: critical episodes and thresholds
     assert share((255, 127, 14)) > 0.001  # tab:orange: warnings
     assert share((31, 119, 180)) > 0.0005  # tab:blue: the watched signals
+
+
+@pytest.mark.parametrize(
+    ("hold", "keep", "pattern"),
+    [
+        ("3m", "0s", "0 1 1 1 1 1 0 1 1 1 1 0 0 1 1 1 1 1 1 0 0 0"),
+        ("3m", "2m", "0 1 1 1 1 1 0 1 1 0 0 0 1 1 1 1 0 1 0 0 0 0"),
+        ("0s", "1m", "1 0 0 1 1 0 1 0 1 1 1 0 0 0 1 _ _ 1 0 0 0 0"),
+    ],
+)
+def test_alert_state_machine_agrees_with_promtool(tmp_path: Path, promtool: str, hold: str, keep: str, pattern: str):
+    """The `for` / `keep_firing_for` state machine backtest runs, checked minute by minute
+    against Prometheus' own (promtool test rules asserts the alerts it computed)."""
+    import subprocess
+
+    from genobs.commands.backtest_alerts import AlertTimeline
+    from genobs.commands.backtest_rules import Rule
+    from genobs.units import prom_duration_seconds
+
+    rule = Rule(
+        "g",
+        60.0,
+        "A",
+        "x > 0",
+        (("severity", "warning"),),
+        True,
+        prom_duration_seconds(hold),
+        prom_duration_seconds(keep),
+    )
+    values = pattern.split()
+    timeline = AlertTimeline(rule)
+    firing_at = []
+    last = "0"
+    for i, v in enumerate(values):
+        v = last = last if v == "_" else v  # a missed sample: the 5m lookback still returns the last one
+        timeline.step(i * 60.0, {(("alertname", "A"), ("severity", "warning"))} if v == "1" else set())
+        firing_at.append(any(s.fired_at is not None for s in timeline.states.values()))
+    timeline.close()
+    assert any(firing_at) and not all(firing_at)
+    rules = {
+        "groups": [
+            {
+                "name": "g",
+                "interval": "1m",
+                "rules": [
+                    {
+                        "alert": "A",
+                        "expr": "x > 0",
+                        "for": hold,
+                        "keep_firing_for": keep,
+                        "labels": {"severity": "warning"},
+                    }
+                ],
+            }
+        ]
+    }
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    series = " ".join("_" if v == "_" else v for v in values)
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": "x", "values": series}],
+                "alert_rule_test": [
+                    {
+                        "eval_time": f"{i}m",
+                        "alertname": "A",
+                        "exp_alerts": [{"exp_labels": {"severity": "warning"}}] if firing else [],
+                    }
+                    for i, firing in enumerate(firing_at)
+                ],
+            }
+        ],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests))
+    done = subprocess.run([promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

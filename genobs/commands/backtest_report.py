@@ -161,8 +161,8 @@ def to_text(run: Run, fmt: str) -> str:
         else [
             "alert",
             "severity",
-            f"fired ({b.rules.spec}, baseline)",
-            f"fired ({c.rules.spec})",
+            "fired (baseline)",
+            "fired",
             "change",
             "firing time (baseline)",
             "firing time",
@@ -178,10 +178,10 @@ def to_text(run: Run, fmt: str) -> str:
             f"{label} {result.rules.spec}: {t['pages']} pages ({t['pages_per_day']:g}/day), "
             f"{t['warnings']} warnings ({t['warnings_per_day']:g}/day)"
         )
-    for label, result in ([("baseline", b)] if b else []) + [("episodes", c)]:
+    for label, result in ([("baseline episodes", b)] if b else []) + [("candidate episodes" if b else "episodes", c)]:
         if not result.episodes:
             continue
-        lines += ["", f"{label if b else 'episodes'} ({result.rules.spec}):"]
+        lines += ["", f"{label} ({result.rules.spec}):"]
         eps = [
             [
                 when(e.start),
