@@ -211,6 +211,7 @@ def test_dry_run_lists_what_it_would_pull(history):
         (lambda b: ["--from", b - 5 * DAY, "--to", b - 4 * DAY], "error: no data:"),
         (lambda b: ["--from", b, "--to", b + 3600, "--max-series", "100"], "match 211 series"),
         (lambda b: ["--from", "yesterday", "--to", "now"], "--from: 'yesterday' is not a time"),
+        (lambda b: ["--from", "0", "--to", "now"], "backtest at most 90d"),
         (lambda b: ["--from", "now-1h", "--to", int(time.time()) + 7200], "is in the future"),
     ],
 )

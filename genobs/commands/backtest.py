@@ -39,7 +39,7 @@ def _flags(url: str, timeout: float) -> dict[str, str]:
 
 def _range(start_text: str, end_text: str) -> tuple[float, float]:
     from genobs.commands.backtest_report import human as format_seconds
-    from genobs.gates.sides import SideError, parse_time
+    from genobs.gates.sides import MAX_RANGE_S, SideError, parse_time
 
     now = time.time()
     try:
@@ -50,6 +50,10 @@ def _range(start_text: str, end_text: str) -> tuple[float, float]:
         _exit2(f"error: --from ({start_text}) is not before --to ({end_text}); the range must not be empty")
     if end > now + 60:
         _exit2(f"error: --to ({end_text}) is in the future; nothing has happened there yet")
+    if end - start > MAX_RANGE_S:
+        _exit2(
+            f"error: the range is {format_seconds(end - start)} long; backtest at most {format_seconds(MAX_RANGE_S)}"
+        )
     if end - start < 600:
         _exit2(f"error: the range is {format_seconds(end - start)} long; backtest ranges of 10m or more")
     return start, end
@@ -134,7 +138,14 @@ def _evaluate(url, rulesets, levels, raw: Path, work: Path, lookback: str, start
 
 @click.command("backtest")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
-@click.option("--prometheus", "url", default="http://localhost:9090", show_default=True, metavar="URL")
+@click.option(
+    "--prometheus",
+    "url",
+    default="http://localhost:9090",
+    show_default=True,
+    metavar="URL",
+    help="Prometheus base URL.",
+)
 @click.option("--from", "from_", required=True, metavar="TIME", help="Start: RFC 3339, unix seconds or now-7d.")
 @click.option("--to", "to", default="now", show_default=True, metavar="TIME", help="End of the range.")
 @click.option(
