@@ -34,6 +34,10 @@ LAZY_COMMANDS = {
         "genobs.commands.benchmark:benchmark",
         "Judge benchmark exports (AIPerf, GuideLLM, vllm bench) by the spec's use-case KPIs.",
     ),
+    "backtest": (
+        "genobs.commands.backtest:backtest",
+        "Replay a spec's alerts over a live Prometheus' history: episodes, pages per day.",
+    ),
     "compare": (
         "genobs.commands.compare:compare",
         "Compare a baseline and a candidate in a live Prometheus; flag KPI regressions.",

@@ -193,18 +193,19 @@ def _json(raw: bytes, path: str) -> object:
         return None  # garbage, bad UTF-8, duplicate keys, or nested deeper than Python recurses
 
 
-def api(server: Server, path: str, params: dict | None = None, post: bool = False) -> object:
+def api(server: Server, path: str, params: dict | None = None, post: bool = False, expect: str = "") -> object:
     """`data` of a successful /api/v1/<path> answer (see `answer`), read within the deadline."""
     body = urllib.parse.urlencode(params or {}, doseq=True)
     status, raw = fetch(server, f"api/v1/{path}", body, post=post)
-    data = answer(server.base, path, status, raw)
+    data = answer(server.base, path, status, raw, expect)
     server.remaining()
     return data
 
 
-def answer(base: str, path: str, status: int, raw: bytes) -> object:
+def answer(base: str, path: str, status: int, raw: bytes, expect: str = "") -> object:
     """`data` of an /api/v1/<path> answer, its shape checked for the endpoints genobs
-    reads (`query`: an instant vector; `label/.../values`: names)."""
+    reads (`query`: an instant vector, or a range vector where `expect` is "matrix";
+    `query_range`: a range vector; `label/.../values`: names)."""
     url = _quote(redact(f"{base.rstrip('/')}/api/v1/{path}"))
     try:
         doc = _json(raw, path)
@@ -221,13 +222,38 @@ def answer(base: str, path: str, status: int, raw: bytes) -> object:
         err = doc.get("error", doc.get("status"))
         raise PrometheusError(f"{url}: {_quote(str(err)[:_SHOWN])}")
     data = doc.get("data")
-    if path == "query":
-        why = _not_vector(data)
+    if path in ("query", "query_range"):
+        matrix = expect == "matrix" or path == "query_range"
+        why = _not_matrix(data) if matrix else _not_vector(data)
         if why:
             raise PrometheusError(f"{url}: the answer's data is not a query result ({why})")
     if path.startswith("label/") and not (isinstance(data, list) and all(isinstance(v, str) for v in data)):
         raise PrometheusError(f"{url}: the answer's data is not a list of names ({_quote(repr(data)[:80])})")
     return data
+
+
+def _not_matrix(data: object) -> str:
+    """What makes `data` other than a range vector of [time, "number"] samples; empty when it is one."""
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        return "no result list"
+    if data.get("resultType") != "matrix":
+        return f"resultType {_quote(repr(data.get('resultType'))[:40])}, not matrix"
+    if len(data["result"]) > MAX_SERIES:
+        return f"more than {MAX_SERIES:,} series"
+    for i, r in enumerate(data["result"]):
+        if not isinstance(r, dict) or not isinstance(r.get("metric"), dict):
+            return f"series {i} has no metric labels"
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in r["metric"].items()):
+            return f"series {i} has labels that are not text"
+        values = r.get("values")
+        if not isinstance(values, list):
+            return f"series {i} has no sample list"
+        for value in values:
+            if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
+                return f"series {i} has a sample that is not [time, \"value\"]"
+            if isinstance(value[0], bool) or not isinstance(value[0], (int, float)):
+                return f"series {i} has a sample time that is not a number"
+    return ""
 
 
 def _not_vector(data: object) -> str:

@@ -85,10 +85,14 @@ MIN_FAILED = 10
 
 
 def low_traffic_failures(r: Recorder, op: str, t: str) -> str:
-    """The success ratio over COUNT_WINDOW against the threshold, with MIN_FAILED failures in it."""
+    """The success ratio over COUNT_WINDOW against the threshold, with MIN_FAILED failures in it,
+    only while attempts stay below the traffic gate (above it the 5m ratio decides, and an alert
+    resolves minutes after a recovery, not an hour)."""
+    ctx = r.ctx
     failed, attempted = r.ref("failed_1h"), r.ref("attempted_1h")
     ratio = f"1 - {q.ratio(failed, attempted)}"
-    return f"{ratio} {op} {t} and {q.on(r.ctx.group)} {failed} >= {MIN_FAILED}"
+    busy = f"{r.ref('attempted')} >= {ctx.min_request_rate:g}"
+    return f"{ratio} {op} {t} and {q.on(ctx.group)} {failed} >= {MIN_FAILED} unless {q.on(ctx.group)} {busy}"
 
 
 def record_failures(r: Recorder) -> None:
