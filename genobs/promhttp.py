@@ -234,34 +234,20 @@ def answer(base: str, path: str, status: int, raw: bytes, expect: str = "") -> o
 
 def _not_matrix(data: object) -> str:
     """What makes `data` other than a range vector of [time, "number"] samples; empty when it is one."""
-    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-        return "no result list"
-    if data.get("resultType") != "matrix":
-        return f"resultType {_quote(repr(data.get('resultType'))[:40])}, not matrix"
-    if len(data["result"]) > MAX_SERIES:
-        return f"more than {MAX_SERIES:,} series"
-    for i, r in enumerate(data["result"]):
-        if not isinstance(r, dict) or not isinstance(r.get("metric"), dict):
-            return f"series {i} has no metric labels"
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in r["metric"].items()):
-            return f"series {i} has labels that are not text"
-        values = r.get("values")
-        if not isinstance(values, list):
-            return f"series {i} has no sample list"
-        for value in values:
-            if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
-                return f"series {i} has a sample that is not [time, \"value\"]"
-            if isinstance(value[0], bool) or not isinstance(value[0], (int, float)):
-                return f"series {i} has a sample time that is not a number"
-    return ""
+    return _not_result(data, "matrix")
 
 
 def _not_vector(data: object) -> str:
     """What makes `data` other than an instant vector of [time, "number"] samples; empty when it is one."""
+    return _not_result(data, "vector")
+
+
+def _not_result(data: object, kind: str) -> str:
+    """What makes `data` other than a `kind` (vector: one sample per series, matrix: a list)."""
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
         return "no result list"
-    if data.get("resultType", "vector") != "vector":
-        return f"resultType {_quote(repr(data.get('resultType'))[:40])}, not vector"
+    if data.get("resultType", "vector" if kind == "vector" else None) != kind:
+        return f"resultType {_quote(repr(data.get('resultType'))[:40])}, not {kind}"
     if len(data["result"]) > MAX_SERIES:
         return f"more than {MAX_SERIES:,} series"
     for i, r in enumerate(data["result"]):
@@ -269,13 +255,16 @@ def _not_vector(data: object) -> str:
             return f"series {i} has no metric labels"
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in r["metric"].items()):
             return f"series {i} has labels that are not text"
-        value = r.get("value")
-        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
-            return f"series {i} has no [time, \"value\"] sample"
-        if isinstance(value[0], bool) or not isinstance(value[0], (int, float)):
-            return f"series {i} has a sample time that is not a number"
-        try:
-            float(value[1])
-        except ValueError:
-            return f"series {i} has a sample value that is not a number ({_quote(value[1][:40])})"
+        samples = [r.get("value")] if kind == "vector" else r.get("values")
+        if not isinstance(samples, list):
+            return f"series {i} has no sample list"
+        for value in samples:
+            if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
+                return f"series {i} has no [time, \"value\"] sample"
+            if isinstance(value[0], bool) or not isinstance(value[0], (int, float)):
+                return f"series {i} has a sample time that is not a number"
+            try:
+                float(value[1])
+            except ValueError:
+                return f"series {i} has a sample value that is not a number ({_quote(value[1][:40])})"
     return ""
