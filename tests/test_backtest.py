@@ -194,6 +194,26 @@ def test_table_and_markdown(history):
     assert "| VllmTtftP99High | critical | 1 |" in result.stdout
 
 
+def test_credentials_are_sent_never_shown(history, tmp_path):
+    """A password in the URL is sent as basic auth and never printed; the credential options are
+    the ones compare and doctor take, checked the same way (exit 2 naming the option)."""
+    base, url = history["base"], history["url"]
+    secret_url = url.replace("http://", "http://sre:hunter2-secret@")
+    result = run(LATENCY, "--prometheus", secret_url, "--from", base + 2 * DAY + 3600, "--to", base + 2 * DAY + 2 * 3600)
+    assert result.exit_code == 0, result.output
+    assert "hunter2-secret" not in result.output
+    assert f"on http://***@{url.removeprefix('http://')}," in result.stdout  # redacted, as compare shows it
+    result = run(LATENCY, "--prometheus", secret_url, "--from", base - 5 * DAY, "--to", base - 4 * DAY)
+    assert result.exit_code == 2 and "no data" in result.stderr and "hunter2-secret" not in result.output
+    token = tmp_path / "token"
+    token.write_text("abc\n")
+    result = run(LATENCY, "--prometheus", url, "--from", base, "--to", base + 3600, "--dry-run", "--bearer-token-file", token)
+    assert result.exit_code == 0, result.output
+    result = run(LATENCY, "--prometheus", url, "--from", base, "--to", base + 3600, "--basic-auth-user", "sre")
+    assert result.exit_code == 2, result.output
+    assert "--basic-auth-user needs --basic-auth-password-file" in result.stderr
+
+
 def test_dry_run_lists_what_it_would_pull(history):
     base, url = history["base"], history["url"]
     result = run(SPEC, "--prometheus", url, "--from", base, "--to", base + DAY, "--dry-run")

@@ -15,6 +15,8 @@ from typing import NoReturn
 
 import click
 
+from genobs.commands.promopts import credential_options
+
 DEFAULT_MAX_SERIES = 20_000
 SCRAPE_GUESS = 15.0  # seconds between samples assumed when sizing a pull window
 
@@ -28,13 +30,14 @@ def _progress(message: str) -> None:
     click.echo(f"backtest: {message}", err=True)
 
 
-def _flags(url: str, timeout: float) -> dict[str, str]:
+def _flags(source, timeout: float) -> dict[str, str]:
     from genobs.commands.backtest_tsdb import ask
-    from genobs.promhttp import PrometheusError
+    from genobs.promhttp import PrometheusError, redact
 
-    data = ask(url, "status/flags", {}, timeout)
+    data = ask(source, "status/flags", {}, timeout)
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise PrometheusError(f"{url}/api/v1/status/flags: the answer is not a map of flags; is it a Prometheus?")
+        where = redact(source.url)
+        raise PrometheusError(f"{where}/api/v1/status/flags: the answer is not a map of flags; is it a Prometheus?")
     return data
 
 
@@ -60,13 +63,13 @@ def _range(start_text: str, end_text: str) -> tuple[float, float]:
     return start, end
 
 
-def _retention(url: str, timeout: float) -> str:
+def _retention(source, timeout: float) -> str:
     """The time retention Prometheus applies ("15d"; "" when it keeps by size only)."""
     import re
 
     from genobs.commands.backtest_tsdb import ask
 
-    data = ask(url, "status/runtimeinfo", {}, timeout)
+    data = ask(source, "status/runtimeinfo", {}, timeout)
     text = data.get("storageRetention") if isinstance(data, dict) else None
     found = re.match(r"\s*((?:\d+(?:ms|s|m|h|d|w|y))+)", text) if isinstance(text, str) else None
     return found.group(1) if found else ""
@@ -111,7 +114,7 @@ def _dry_run(rulesets, selectors, counts, start, end, pull_start, window) -> Non
         )
 
 
-def _evaluate(url, rulesets, levels, raw: Path, work: Path, lookback: str, start, end, timeout, plot: bool):
+def _evaluate(rulesets, levels, raw: Path, work: Path, lookback: str, start, end, timeout, plot: bool):
     """Episodes of each ruleset's alerts, over one private copy of the history that holds
     `levels` (the recording rules they read); with `plot`, the signals of those that fired."""
     from genobs.commands.backtest_alerts import evaluate
@@ -163,7 +166,22 @@ def _evaluate(url, rulesets, levels, raw: Path, work: Path, lookback: str, start
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be pulled and evaluated; pull nothing.")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds per HTTP request.")
-def backtest(spec_path, url, from_, to, baseline_spec, fmt, plot_path, max_series, dry_run, timeout) -> None:
+@credential_options
+def backtest(
+    spec_path,
+    url,
+    from_,
+    to,
+    baseline_spec,
+    fmt,
+    plot_path,
+    max_series,
+    dry_run,
+    timeout,
+    bearer_token_file,
+    basic_auth_user,
+    basic_auth_password_file,
+) -> None:
     """What SPEC's alerts would have done over the history of a live Prometheus:
     every firing episode between --from and --to, pages and warnings per day, with
     Prometheus' own evaluation (its query engine on the real samples, each group's
@@ -172,9 +190,10 @@ def backtest(spec_path, url, from_, to, baseline_spec, fmt, plot_path, max_serie
     from genobs.cli import fail_spec
     from genobs.commands.backtest_report import Run, to_json, to_text
     from genobs.commands.backtest_rules import load_rules, shared_levels
-    from genobs.commands.backtest_tsdb import BacktestError, count_series, pull_raw, window_seconds
+    from genobs.commands.backtest_tsdb import BacktestError, Source, count_series, pull_raw, window_seconds
+    from genobs.commands.promopts import authorization_from
     from genobs.errors import SpecError
-    from genobs.promhttp import PrometheusError, check_timeout, check_url
+    from genobs.promhttp import PrometheusError, check_timeout, check_url, redact
 
     start, end = _range(from_, to)
     for path in (spec_path, baseline_spec):
@@ -188,18 +207,20 @@ def backtest(spec_path, url, from_, to, baseline_spec, fmt, plot_path, max_serie
     rulesets = [r for r in (baseline, candidate) if r is not None]
     if "://" not in url:
         url = "http://" + url
+    shown = redact(url)  # reports and errors never show a password given in the URL
     try:
         check_url(url)
         check_timeout(timeout)
-        flags = _flags(url, timeout)
-        _check_retention(url, _retention(url, timeout), start)
+        source = Source(url, authorization_from(bearer_token_file, basic_auth_user, basic_auth_password_file))
+        flags = _flags(source, timeout)
+        _check_retention(shown, _retention(source, timeout), start)
         lookback = flags.get("query.lookback-delta") or "5m"
         from genobs.units import prom_duration_seconds
 
         rule_start = int(start - max(r.warmup for r in rulesets)) - 600  # and the rules' first interval
         pull_start = rule_start - max(r.raw_reach for r in rulesets) - prom_duration_seconds(lookback)
         selectors = tuple(sorted({(s.name or "", s.matchers): s for r in rulesets for s in r.raw}.values()))
-        counts = [count_series(url, s, pull_start, end, timeout) for s in selectors]
+        counts = [count_series(source, s, pull_start, end, timeout) for s in selectors]
         if sum(counts) > max_series:
             _exit2(
                 f"error: the spec's selectors match {sum(counts)} series between {_when(pull_start)} and {_when(end)}, "
@@ -210,18 +231,18 @@ def backtest(spec_path, url, from_, to, baseline_spec, fmt, plot_path, max_serie
         if dry_run:
             _dry_run(rulesets, selectors, counts, start, end, pull_start, window)
             return
-        if not sum(count_series(url, s, start, end, timeout) for s in selectors):
+        if not sum(count_series(source, s, start, end, timeout) for s in selectors):
             _exit2(
                 f"error: no data: none of the {len(selectors)} series selectors of {candidate.spec} has samples "
-                f"on {url} between {_when(start)} and {_when(end)}; check the range and `genobs doctor {spec_path}`"
+                f"on {shown} between {_when(start)} and {_when(end)}; check the range and `genobs doctor {spec_path}`"
             )
         with tempfile.TemporaryDirectory(prefix="genobs-backtest-") as tmp:
             work = Path(tmp)
             raw = work / "raw"
             raw.mkdir()
-            copied = pull_raw(url, selectors, pull_start, end, window, work, raw, timeout, _progress)
+            copied = pull_raw(source, selectors, pull_start, end, window, work, raw, timeout, _progress)
             if not copied:
-                _exit2(f"error: no data: {url} returned no samples between {_when(pull_start)} and {_when(end)}")
+                _exit2(f"error: no data: {shown} returned no samples between {_when(pull_start)} and {_when(end)}")
             _progress(f"copied {copied} samples of {sum(counts)} series")
             shared = shared_levels(rulesets)  # a baseline that changed only alerts shares the recorded series
             batches = [(rulesets, shared)] if shared is not None else [([rs], rs.levels) for rs in rulesets]
@@ -229,14 +250,12 @@ def backtest(spec_path, url, from_, to, baseline_spec, fmt, plot_path, max_serie
             for n, (batch, levels) in enumerate(batches):
                 side = work / f"side{n}"
                 side.mkdir()
-                results += _evaluate(
-                    url, batch, levels, raw, side, lookback, start, end, timeout, plot_path is not None
-                )
+                results += _evaluate(batch, levels, raw, side, lookback, start, end, timeout, plot_path is not None)
     except PrometheusError as exc:
         _exit2(f"error: {exc}")
     except BacktestError as exc:
         _exit2(f"error: {exc}")
-    run = Run(url, start, end, results[-1], results[0] if baseline else None)
+    run = Run(shown, start, end, results[-1], results[0] if baseline else None)
     if plot_path is not None:
         from genobs.commands.backtest_plot import timeline_chart
         from genobs.gates.plot import PlotUnavailable

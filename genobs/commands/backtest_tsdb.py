@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from genobs.commands.backtest_rules import Rule, selector_text
@@ -57,13 +58,23 @@ def window_seconds(series: int, scrape: float) -> float:
     return max(MIN_WINDOW, min(MAX_WINDOW, span))
 
 
-def ask(url: str, path: str, params: dict, timeout: float, post: bool = False, expect: str = "") -> object:
-    """One API request with the hardened client `compare` and `doctor` use (userinfo as basic auth,
-    the answer's shape checked), within `timeout`: a backtest's pulls are many, each bounded."""
-    return api(connect(url, timeout=timeout, deadline=timeout), path, params, post=post, expect=expect)
+@dataclass(frozen=True)
+class Source:
+    """The Prometheus whose history is backtested: its URL and the Authorization header to send."""
+
+    url: str
+    authorization: str = ""
 
 
-def count_series(url: str, sel: Selector, start: float, end: float, timeout: float) -> int:
+def ask(source: Source | str, path: str, params: dict, timeout: float, post: bool = False, expect: str = "") -> object:
+    """One API request with the hardened client `compare` and `doctor` use (credentials, the answer's
+    shape checked), within `timeout`: a backtest's pulls are many, each bounded."""
+    url, authorization = (source.url, source.authorization) if isinstance(source, Source) else (source, "")
+    server = connect(url, timeout=timeout, deadline=timeout, authorization=authorization)
+    return api(server, path, params, post=post, expect=expect)
+
+
+def count_series(url: Source | str, sel: Selector, start: float, end: float, timeout: float) -> int:
     data = ask(url, "series", {"match[]": selector_text(sel), "start": f"{start:.3f}", "end": f"{end:.3f}"}, timeout, True)
     if not isinstance(data, list) or not all(isinstance(s, dict) for s in data):
         raise PrometheusError(f"{url}/api/v1/series: the answer's data is not a list of series")
@@ -90,7 +101,7 @@ def _om_labels(metric: dict[str, str]) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def _pull_window(url: str, sel: Selector, a: float, b: float, timeout: float) -> list[dict]:
+def _pull_window(url: Source | str, sel: Selector, a: float, b: float, timeout: float) -> list[dict]:
     """Raw samples of `sel` in (a, b]; a window whose answer is too large is halved."""
     try:
         query = {"query": f"{selector_text(sel)}[{int(b - a)}s]", "time": f"{b:.3f}"}
@@ -100,13 +111,11 @@ def _pull_window(url: str, sel: Selector, a: float, b: float, timeout: float) ->
             mid = a + (b - a) // 2
             return _pull_window(url, sel, a, mid, timeout) + _pull_window(url, sel, mid, b, timeout)
         raise
-    if data.get("resultType") != "matrix":  # type: ignore[union-attr]
-        raise PrometheusError(f"{url}: a range selector did not answer with a matrix")
-    return data["result"]  # type: ignore[index]
+    return data["result"]  # type: ignore[index]  (ask checked it is a matrix)
 
 
 def pull_raw(
-    url: str,
+    url: Source | str,
     selectors: tuple[Selector, ...],
     start: float,
     end: float,

@@ -1,4 +1,4 @@
-"""The options `compare` and `doctor` share to reach a Prometheus: its URL, the
+"""The options `compare`, `doctor` and `backtest` share to reach a Prometheus: its URL, the
 timeout of one request, the command's overall deadline and the credentials, read
 from files or the environment (never from the command line, where `ps` shows them)."""
 
@@ -28,6 +28,16 @@ def prometheus_options(func):
             show_default=True,
             help="Seconds for the whole command: every request and the reading of its answer.",
         ),
+    ]
+    func = credential_options(func)  # listed after the timeouts in --help, as before
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def credential_options(func):
+    """--bearer-token-file, --basic-auth-user, --basic-auth-password-file."""
+    options = [
         click.option(
             "--bearer-token-file",
             type=click.Path(path_type=Path),
@@ -69,6 +79,14 @@ def server_from(
     """The Server the options describe, or PrometheusError (exit 2) saying which option is wrong."""
     if "://" not in url:
         url = "http://" + url
+    authorization = authorization_from(bearer_token_file, basic_auth_user, basic_auth_password_file)
+    return connect(url, timeout, deadline, authorization)
+
+
+def authorization_from(
+    bearer_token_file: Path | None, basic_auth_user: str | None, basic_auth_password_file: Path | None
+) -> str:
+    """The Authorization header the credential options describe ("" for none)."""
     authorization = ""
     if bearer_token_file is not None and (basic_auth_user or basic_auth_password_file):
         raise PrometheusError("give --bearer-token-file or basic auth, not both")
@@ -86,4 +104,4 @@ def server_from(
         else:
             raise PrometheusError(f"--basic-auth-user needs --basic-auth-password-file or ${PASSWORD_ENV}")
         authorization = basic(basic_auth_user, password)
-    return connect(url, timeout, deadline, authorization)
+    return authorization
