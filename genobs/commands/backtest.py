@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import click
 
-from genobs.commands.promopts import credential_options
+from genobs.commands.promopts import credential_options, url_option
 
 DEFAULT_MAX_SERIES = 20_000
 SCRAPE_GUESS = 15.0  # seconds between samples assumed when sizing a pull window
@@ -142,14 +142,7 @@ def _evaluate(rulesets, levels, raw: Path, work: Path, lookback: str, start, end
 
 @click.command("backtest")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
-@click.option(
-    "--prometheus",
-    "url",
-    default="http://localhost:9090",
-    show_default=True,
-    metavar="URL",
-    help="Prometheus base URL.",
-)
+@url_option
 @click.option("--from", "from_", required=True, metavar="TIME", help="Start: RFC 3339, unix seconds or now-7d.")
 @click.option("--to", "to", default="now", show_default=True, metavar="TIME", help="End of the range.")
 @click.option(

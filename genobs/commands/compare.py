@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from genobs.commands.promopts import prometheus_options
+from genobs.commands.promopts import prometheus_options, url_option
 
 DEFAULT_WINDOW = "1h"
 
@@ -192,14 +192,7 @@ def _render(gates, url, sides, rows, warnings, fmt) -> str:
 
 @click.command("compare")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
-@click.option(
-    "--prometheus",
-    "url",
-    default="http://localhost:9090",
-    show_default=True,
-    metavar="URL",
-    help="Prometheus base URL.",
-)
+@url_option
 @click.option("--baseline", metavar="SELECTOR", help="Label matchers of the baseline, e.g. model_name=old.")
 @click.option("--candidate", metavar="SELECTOR", help="Label matchers of the candidate, e.g. model_name=new.")
 @click.option(

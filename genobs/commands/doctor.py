@@ -14,12 +14,10 @@ import click
 
 from genobs import promql as q
 from genobs.catalog import Catalog, format_version, load_catalog
-from genobs.commands.promopts import prometheus_options, server_from
+from genobs.commands.promopts import prometheus_options, server_from, url_option
 from genobs.commands.scrape_config import colon_prefix, underscore_prefix
 from genobs.errors import printable
 from genobs.promhttp import PrometheusError, Server, api
-
-DEFAULT_URL = "http://localhost:9090"
 
 # catalog key prefix -> (spec feature, how the engine is started with it)
 _FEATURE_KEYS = {
@@ -281,14 +279,7 @@ def _dialect_text(dialect: str, engine: str) -> str:
 
 @click.command("doctor")
 @click.argument("spec", required=False, type=click.Path(path_type=Path))
-@click.option(
-    "--prometheus",
-    "url",
-    default=DEFAULT_URL,
-    show_default=True,
-    metavar="URL",
-    help="Base URL of the Prometheus to ask (HTTP API at URL/api/v1/).",
-)
+@url_option
 @prometheus_options
 def doctor(spec: Path | None, url: str, **reach) -> None:
     """Check a live Prometheus against SPEC: which vLLM series exist, in which

@@ -17,6 +17,19 @@ DEFAULT_DEADLINE = 120.0
 _MAX_SECRET = 64 * 1024
 
 
+DEFAULT_URL = "http://localhost:9090"
+
+# --prometheus: where the Prometheus to ask answers (its HTTP API at URL/api/v1/)
+url_option = click.option(
+    "--prometheus",
+    "url",
+    default=DEFAULT_URL,
+    show_default=True,
+    metavar="URL",
+    help="Base URL of the Prometheus to ask (HTTP API at URL/api/v1/).",
+)
+
+
 def prometheus_options(func):
     """--timeout, --deadline, --bearer-token-file, --basic-auth-user, --basic-auth-password-file."""
     options = [
