@@ -15,7 +15,7 @@ from genobs.plan import capacity_gpu
 from genobs.plan.capacity import P99, CapacityPlan
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RuleGroup
-from genobs.testgen.humanize import expand
+from genobs.testgen.humanize import expected_alert
 from genobs.testgen.unittests_fleet import (
     EVALUATION_STEP,
     INPUT_INTERVAL,
@@ -25,6 +25,7 @@ from genobs.testgen.unittests_fleet import (
     identity,
     on_step,
     per_minute,
+    series_entry,
 )
 from genobs.units import parse_ratio, parse_seconds, prom_duration_seconds
 
@@ -51,10 +52,6 @@ class State:
 
 def _labels(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={q.quote(v)}" for k, v in sorted(labels.items()))
-
-
-def _series(name: str, labels: dict[str, str], values: str) -> dict:
-    return {"series": f"{name}{{{_labels(labels)}}}", "values": values}
 
 
 def _num(x: float) -> str:
@@ -86,7 +83,7 @@ class _Gen:
                 continue
             count = total if math.isinf(upper) else (ok if upper >= bound - 1e-12 else 0)
             for rank in self.ident.ranks:
-                out.append(_series(name, self.engine(rank, le=floatToGoString(upper)), self.counter(count)))
+                out.append(series_entry(name, self.engine(rank, le=floatToGoString(upper)), self.counter(count)))
         return out
 
     def inputs(self, s: State, gpu_only: bool = False) -> list[dict]:
@@ -99,7 +96,7 @@ class _Gen:
             rate = s.finished if reason == "stop" else 0
             for rank in self.ident.ranks:
                 out.append(
-                    _series(ctx.metric("request_success"), self.engine(rank, finished_reason=reason), self.counter(rate))
+                    series_entry(ctx.metric("request_success"), self.engine(rank, finished_reason=reason), self.counter(rate))
                 )
         g = self.cap.settings.goodput
         if g is not None and g.ttft is not None:
@@ -111,7 +108,7 @@ class _Gen:
             if "model_name" in ctx.variables:
                 labels["model_name"] = self.ident.engine["model_name"]
             for name, rate in ((g.gateway.good, s.gateway_good), (g.gateway.total, s.finished)):
-                out.append(_series(name, labels, f"0+{_num(rate * 60)}x{self.minutes}"))
+                out.append(series_entry(name, labels, f"0+{_num(rate * 60)}x{self.minutes}"))
         out += self.gauges(s, n)
         if self.cap.gpu is not None:
             out += self.dcgm(s)
@@ -123,7 +120,7 @@ class _Gen:
                 ("kube_horizontalpodautoscaler_status_current_replicas", "kube_horizontalpodautoscaler_spec_max_replicas"),
                 s.hpa,
             ):
-                out.append(_series(name, ksm, f"{value}x{self.minutes}"))
+                out.append(series_entry(name, ksm, f"{value}x{self.minutes}"))
         return out
 
 
@@ -134,7 +131,7 @@ class _Gen:
             for rank in self.ident.ranks:
                 sign = "-" if step < 0 else "+"
                 out.append(
-                    _series(self.ctx.metric(key), self.engine(rank), f"{_num(value / n)}{sign}{_num(abs(step))}x{self.minutes}")
+                    series_entry(self.ctx.metric(key), self.engine(rank), f"{_num(value / n)}{sign}{_num(abs(step))}x{self.minutes}")
                 )
         return out
 
@@ -164,19 +161,12 @@ class _Gen:
                 if ours not in (None, theirs):  # scraped without honorLabels: the exporter's own target labels
                     labels[theirs] = exporter
             for key, value in (("gpu_util", s.gpu_util), ("fb_used", used), ("fb_free", FB_TOTAL - used)):
-                out.append(_series(capacity_gpu.metric(key), labels, f"{value}x{self.minutes}"))
+                out.append(series_entry(capacity_gpu.metric(key), labels, f"{value}x{self.minutes}"))
         return out
 
 
 def pod_labels(ident: Identity) -> dict[str, str]:
     return {"pod": POD, "namespace": ident.engine.get("namespace", "llm-prod")}
-
-
-def _expected(rule: AlertRule, labels: dict[str, str], value: float) -> dict:
-    return {
-        "exp_labels": dict(sorted({**labels, **dict(rule.labels)}.items())),
-        "exp_annotations": {k: expand(t, labels, value) for k, t in rule.annotations().items()},
-    }
 
 
 def _minutes(duration: str) -> int:
@@ -261,7 +251,7 @@ def build_capacity_tests(
         cases = []
         if _minutes(rule.for_) >= 2:  # still pending just before `for` has passed
             cases.append({"eval_time": f"{_minutes(rule.for_) - 1}m", "alertname": name, "exp_alerts": []})
-        cases.append({"eval_time": f"{at}m", "alertname": name, "exp_alerts": [_expected(rule, fault_labels, value)]})
+        cases.append({"eval_time": f"{at}m", "alertname": name, "exp_alerts": [expected_alert(rule, fault_labels, value)]})
         tests.append(
             {
                 "name": f"capacity fault: {name}",
@@ -372,7 +362,7 @@ def _baseline(ctx: Context, cap: CapacityPlan, rule: AlertRule, group: RuleGroup
             "input_series": [degraded, dict(traffic)],  # a copy: a shared dict would be written as a YAML alias
             "alert_rule_test": [
                 {"eval_time": f"{hours}h", "alertname": rule.name, "exp_alerts": []},
-                {"eval_time": f"{at}h", "alertname": rule.name, "exp_alerts": [_expected(rule, labels, factor + 1)]},
+                {"eval_time": f"{at}h", "alertname": rule.name, "exp_alerts": [expected_alert(rule, labels, factor + 1)]},
             ],
         },
     ]

@@ -233,3 +233,12 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
                 pos += 1
     out.append(template[pos:])
     return "".join(out)
+
+
+def expected_alert(rule, labels: dict[str, str], value: float) -> dict:
+    """promtool's exp_alerts entry for `rule` (a plan AlertRule) firing on a series with `labels`
+    and $value `value`: its labels and its annotations as Prometheus expands them."""
+    return {
+        "exp_labels": dict(sorted({**labels, **dict(rule.labels)}.items())),
+        "exp_annotations": {k: expand(t, labels, value) for k, t in rule.annotations().items()},
+    }

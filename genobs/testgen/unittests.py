@@ -17,7 +17,7 @@ from genobs.plan.groups import by_record, follow
 from genobs.plan.liveness import capacity_labels, pool_label, replica_labels
 from genobs.plan.model import AlertRule, RuleGroup
 from genobs.plan.recording import Recorder
-from genobs.testgen.humanize import expand
+from genobs.testgen.humanize import expected_alert
 from genobs.testgen.unittests_baseline import BASELINE_ALERTS, baseline_tests
 from genobs.testgen.unittests_fleet import (
     EVALUATION_STEP,
@@ -164,12 +164,8 @@ class _Planner:
     def expected(self, probe: Probe, rule: AlertRule, value: float, exact: bool) -> dict | None:
         """promtool's exp_alerts entry; None if the value is not exact and rounding noise could change the text."""
         series = self.series_labels(probe)
-        texts = []
-        for v in (value,) if exact else (value, value * (1 + 1e-9), value * (1 - 1e-9)):
-            texts.append({k: expand(t, series, v) for k, t in rule.annotations().items()})
-        if any(t != texts[0] for t in texts):
-            return None
-        return {"exp_labels": dict(sorted({**series, **dict(rule.labels)}.items())), "exp_annotations": texts[0]}
+        found = [expected_alert(rule, series, v) for v in ((value,) if exact else (value, value * (1 + 1e-9), value * (1 - 1e-9)))]
+        return None if any(f != found[0] for f in found) else found[0]
 
     def expr_tests(self, probe: Probe | None, fleet: Fleet, at: int) -> list[dict] | None:
         """promql_expr_tests of key recorded series (all of them on the healthy fleet, probe None);

@@ -5,30 +5,17 @@ feed the alert group hours of the recorded series, steady and then collapsed."""
 from __future__ import annotations
 
 from genobs import naming
-from genobs import promql as q
 from genobs.plan.alerts import TOKENS_BASELINE_OFFSET
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RuleGroup
-from genobs.testgen.humanize import expand
-from genobs.testgen.unittests_fleet import EVALUATION_STEP
+from genobs.testgen.humanize import expected_alert
+from genobs.testgen.unittests_fleet import EVALUATION_STEP, series_entry
 from genobs.units import prom_duration_seconds
 
 # alert -> the recorded series it compares with its own average
 BASELINE_ALERTS = {"VllmOutputTokensCollapsed": "generation_length_mean"}
 STEADY = 250.0  # output tokens per finished request before the collapse
 STEP_MINUTES = 1  # the recorded series sampled every minute, as the other generated tests sample
-
-
-def _series(name: str, labels: dict[str, str], values: str) -> dict:
-    body = ",".join(f"{k}={q.quote(v)}" for k, v in sorted(labels.items()))
-    return {"series": f"{name}{{{body}}}", "values": values}
-
-
-def _expected(rule: AlertRule, labels: dict[str, str], value: float) -> dict:
-    return {
-        "exp_labels": dict(sorted({**labels, **dict(rule.labels)}.items())),
-        "exp_annotations": {k: expand(t, labels, value) for k, t in rule.annotations().items()},
-    }
 
 
 def baseline_tests(
@@ -45,16 +32,16 @@ def baseline_tests(
     hold = max(round(prom_duration_seconds(r.for_) / 60) for r in rules)
     after = hold + 15  # minutes after the collapse at which every severity fires (an even step)
     steps_before, steps_after = steady_minutes // STEP_MINUTES, after // STEP_MINUTES
-    traffic = _series(names["finished"], labels, f"{max(1.0, ctx.min_request_rate * 10):g}x{steps_before + steps_after}")
+    traffic = series_entry(names["finished"], labels, f"{max(1.0, ctx.min_request_rate * 10):g}x{steps_before + steps_after}")
     tests = []
     for name in dict.fromkeys(r.name for r in rules):
         own = [r for r in rules if r.name == name]
         lowest = min(r.threshold or 0.0 for r in own)
         collapsed = 1.0 if lowest * STEADY > 1.0 else 0.0  # one token per request: every answer empty
         series = names[BASELINE_ALERTS[name]]
-        steady = _series(series, labels, f"{STEADY:g}x{steps_before + steps_after}")
-        broken = _series(series, labels, f"{STEADY:g}x{steps_before - 1} {collapsed:g}x{steps_after}")
-        fires = [_expected(r, labels, collapsed) for r in own if collapsed < (r.threshold or 0.0) * STEADY]
+        steady = series_entry(series, labels, f"{STEADY:g}x{steps_before + steps_after}")
+        broken = series_entry(series, labels, f"{STEADY:g}x{steps_before - 1} {collapsed:g}x{steps_after}")
+        fires = [expected_alert(r, labels, collapsed) for r in own if collapsed < (r.threshold or 0.0) * STEADY]
         collapse_at = steps_before * STEP_MINUTES
         tests += [
             {

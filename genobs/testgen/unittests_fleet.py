@@ -346,7 +346,8 @@ def quantile_of(ctx: Context, fleet: Fleet, key: str, quantile: float, window: i
 # --- input series ---------------------------------------------------------------
 
 
-def _series(name: str, labels: dict[str, str], values: str) -> dict:
+def series_entry(name: str, labels: dict[str, str], values: str) -> dict:
+    """One promtool input series: the name, its labels sorted and quoted, the values notation."""
     inner = ",".join(f"{k}={q.quote(v)}" for k, v in sorted(labels.items()) if k != "__name__")
     return {"series": f"{name}{{{inner}}}", "values": values}
 
@@ -376,7 +377,7 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
         return {**labels, **extra}
 
     if "up" in needed:
-        out.append(_series("up", ident.process, _gauge(1 if fleet.target_up else 0, minutes)))
+        out.append(series_entry("up", ident.process, _gauge(1 if fleet.target_up else 0, minutes)))
     for key in sorted(ctx.catalog.metrics):
         if not ctx.has(key) or canonical(ctx, key) != key:
             continue
@@ -397,17 +398,17 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
             for labels, rate in _counter_rates(ctx, key, fleet):
                 for rank in ranks:
                     value = 0 if still else rate
-                    out.append(_series(base, engine_labels(rank, **labels), _counter(value, len(ranks), minutes)))
+                    out.append(series_entry(base, engine_labels(rank, **labels), _counter(value, len(ranks), minutes)))
         elif base in needed and key == "requests_waiting_by_reason":
             # the fixture fleet defers nothing: every waiting request waits for capacity
             for i, rank in enumerate(ident.ranks):
                 value = _gauge_value("requests_waiting", fleet, i, n) if fleet.counting else 0
                 for reason, v in (("capacity", value), ("deferred", 0)):
-                    out.append(_series(base, engine_labels(rank, reason=reason), _gauge(v, minutes)))
+                    out.append(series_entry(base, engine_labels(rank, reason=reason), _gauge(v, minutes)))
         elif base in needed:
             for i, rank in enumerate(ident.ranks):
                 value = _gauge_value(key, fleet, i, n) if fleet.counting else 0
-                out.append(_series(base, engine_labels(rank), _gauge(value, minutes)))
+                out.append(series_entry(base, engine_labels(rank), _gauge(value, minutes)))
     if fleet.peer is not None:
         for i in range(fleet.peers):
             out.extend(input_series(ctx, fleet.peer, peer_identity(ident, i), needed, minutes))
@@ -488,23 +489,23 @@ def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> 
             cumulative = sum(c for j, c in dist if j <= i)
             le = floatToGoString(upper)
             for rank in ranks:
-                out.append(_series(f"{base}_bucket", engine_labels(rank, le=le), _counter(cumulative, n, minutes)))
+                out.append(series_entry(f"{base}_bucket", engine_labels(rank, le=le), _counter(cumulative, n, minutes)))
     sum_rate = hist_sum_rate(ctx, fleet, key) if total else Fraction(0)
     for suffix, rate in (("_sum", sum_rate), ("_count", total)):
         if f"{base}{suffix}" in needed:
             for rank in ranks:
-                out.append(_series(f"{base}{suffix}", engine_labels(rank), _counter(rate, n, minutes)))
+                out.append(series_entry(f"{base}{suffix}", engine_labels(rank), _counter(rate, n, minutes)))
     return out
 
 
 def _process(ctx: Context, key: str, base: str, fleet: Fleet, ident: Identity, minutes: int) -> list[dict]:
     if key == "process_rss":
         step = RSS_AT_EVAL * fleet.rss_growth // 6000  # bytes per minute: growth% of RSS_AT_EVAL per hour
-        return [_series(base, ident.process, _gauge(RSS_AT_EVAL - step * minutes, minutes, step))]
+        return [series_entry(base, ident.process, _gauge(RSS_AT_EVAL - step * minutes, minutes, step))]
     if key == "http_requests":  # one completion handler; the API server answers even when the engine is stuck
         handler = ctx.catalog.completion_handlers[0]
         return [
-            _series(
+            series_entry(
                 base,
                 {**ident.process, "handler": handler, "method": "POST", "status": status},
                 _counter(rate, 1, minutes),
@@ -513,7 +514,7 @@ def _process(ctx: Context, key: str, base: str, fleet: Fleet, ident: Identity, m
         ]
     if key == "gc_collections":
         return [
-            _series(base, {**ident.process, "generation": g}, _counter(rate, 1, minutes))
+            series_entry(base, {**ident.process, "generation": g}, _counter(rate, 1, minutes))
             for g, rate in (("0", 4), ("1", 0.5), ("2", 0.125))
         ]
-    return [_series(base, ident.process, _gauge(1, minutes))]
+    return [series_entry(base, ident.process, _gauge(1, minutes))]
