@@ -23,6 +23,8 @@ from genobs.build import render_spec
 from genobs.plan import load_plan
 from tests.conftest import SPECS
 
+pytestmark = pytest.mark.slow  # real servers on loopback
+
 SPEC_IDS = [p.stem for p in SPECS]
 
 

@@ -25,6 +25,8 @@ from genobs.plan import build_plan
 from tests.conftest import REPO
 from tests.e2e_support import PROMETHEUS, Prometheus, poll
 
+pytestmark = pytest.mark.slow  # real servers on loopback
+
 SPEC = REPO / "specs" / "capacity.yaml"
 POD = "qwen3-32b-7d9f8-abcde"
 # vLLM 0.33's waiting gauge on two data-parallel engines of one pod

@@ -42,6 +42,8 @@ from tests.e2e_support import (
     target_level_records,
 )
 
+pytestmark = pytest.mark.slow  # real servers on loopback
+
 SPEC = REPO / "specs" / "disaggregated.yaml"
 HEALTHY = "m-healthy"
 # scenario -> groups of `signal` label values; each group needs one alert active for the fault
