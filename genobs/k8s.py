@@ -50,6 +50,8 @@ def kubernetes_files(name: str, files: dict[str, bytes], options: KubernetesOpti
         "metadata": _metadata(f"genobs-{name}", options),
         "spec": {"groups": rule_groups(files)},
     }
+    if not any(f.startswith("grafana/") for f in files):  # the edge tier: rules only
+        return {"prometheusrule.yaml": dump_yaml(rule, name)}
     key, dashboard_json = _dashboard(files)
     metadata = _metadata(f"genobs-{name}-dashboard", options, {"grafana_dashboard": "1"})
     metadata["annotations"] = {"grafana_folder": options.folder}

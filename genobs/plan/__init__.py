@@ -11,7 +11,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import capacity, links, slo
+from genobs.plan import backend, capacity, links, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.confirm import confirm_queries
@@ -117,6 +117,10 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         )
     group = list(spec.service.group_by)
     group += [k for k in spec.service.selector if k not in group]
+    cluster = spec.service.cluster_label
+    # one backend, many clusters: the cluster is a grouping label like the others, and a dashboard variable
+    group += [cluster] if cluster and cluster not in group else []
+    variables = [*spec.service.group_by, *([cluster] if cluster and cluster not in spec.service.group_by else [])]
     return Context(
         catalog=catalog,
         version=version,
@@ -124,7 +128,8 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         selector=tuple(spec.service.selector.items()),
         models=tuple(spec.service.models),
         group=tuple(group),
-        variables=tuple(spec.service.group_by),
+        variables=tuple(variables),
+        cluster=cluster,
         window=spec.rate_window,
         min_request_rate=spec.service.min_request_rate,
         features=frozenset(features),
@@ -238,6 +243,7 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
     }
     report = lambda path, msg: problems.append(doc.problem(path, msg))  # noqa: E731
     resolved = resolve(spec.use_case, overrides, report)
+    backend.validate(doc, report)
     if ctx is not None:
         slo.validate(doc, ctx, report)
         capacity.validate(doc, ctx, report)

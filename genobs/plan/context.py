@@ -30,6 +30,12 @@ class Context:
     spec: str = ""  # the spec's name: labels the SLO series, which several specs may share
     evaluation_seconds: float = 30.0  # the rule groups' evaluation interval
     other_version: Version | None = None  # another release in the fleet (service.other_engine_version)
+    cluster: str | None = None  # service.cluster_label: also in `group`
+
+    @property
+    def target(self) -> tuple[str, ...]:
+        """One scrape target: `instance`, within its cluster when several share a backend."""
+        return (self.cluster, "instance") if self.cluster else ("instance",)
 
     @property
     def version_text(self) -> str:
