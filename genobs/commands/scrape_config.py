@@ -1,6 +1,8 @@
 """Prometheus scrape configuration for vLLM targets: the `metric_relabel_configs`
 that undo the `:` -> `_` escaping Prometheus 2.x gets from prometheus_client
->= 0.23 (OpenMetrics negotiation), and the `genobs scrape-config` command."""
+>= 0.23 (OpenMetrics negotiation), the scrape diet (`--drop-unread`: keep only the
+families a generated rule, panel or runbook query reads), the edge tier's `remote_write`,
+and the `genobs scrape-config` command."""
 
 from __future__ import annotations
 
@@ -48,6 +50,45 @@ def relabel_configs(engine: str = "vllm") -> list[dict]:
     ]
 
 
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def read_families(plan) -> list[str]:
+    """Every series name a generated rule or runbook query reads that is not recorded by the
+    rules themselves (dashboard panels read recorded series only), each histogram series widened
+    to its family (`_bucket`, `_sum` and `_count`), sorted."""
+    from genobs import promql as q
+
+    recorded = {r.record for r in plan.recording_rules}
+    exprs = [r.expr for g in plan.groups for r in g.rules]
+    exprs += [query for entry in plan.runbook for _, query in entry.confirm]
+    names: set[str] = set()
+    for expr in exprs:
+        names |= q.metric_names(expr) - recorded
+    out: set[str] = set()
+    for name in names:
+        base = next((name[: -len(s)] for s in HISTOGRAM_SUFFIXES if name.endswith(s)), None)
+        out |= {base + s for s in HISTOGRAM_SUFFIXES} if base else {name}
+    return sorted(out)
+
+
+def keep_configs(families: list[str], engine: str = "vllm") -> list[dict]:
+    """A `keep` over `__name__` that lets through exactly `families`; the engine's names in
+    either spelling (`vllm:x` and the `vllm_x` an OpenMetrics scrape stores), so it holds
+    before or after the rename rule, and for `service.metric_names: underscore`."""
+    p = engine_prefix(engine)
+    alternatives = []
+    for name in families:
+        for prefix in (f"{p}:", f"{p}_"):
+            if name.startswith(prefix):
+                name = f"{p}[:_]" + re.escape(name[len(prefix) :])
+                break
+        else:
+            name = re.escape(name)
+        alternatives.append(name)
+    return [{"source_labels": ["__name__"], "regex": "|".join(dict.fromkeys(alternatives)), "action": "keep"}]
+
+
 def scrape_job(
     job: str,
     targets: list[str],
@@ -56,8 +97,10 @@ def scrape_job(
     engine: str = "vllm",
     relabel: bool = True,
     interval: str | None = None,
+    keep: list[dict] | None = None,
 ) -> dict:
-    """One `scrape_configs` entry for vLLM targets (static targets, optional target labels)."""
+    """One `scrape_configs` entry for vLLM targets (static targets, optional target labels);
+    `keep`: the scrape diet's rules, after the rename."""
     static: dict = {"targets": list(targets)}
     if labels:
         static["labels"] = dict(labels)
@@ -65,8 +108,8 @@ def scrape_job(
     if interval:
         out["scrape_interval"] = interval
     out["static_configs"] = [static]
-    if relabel:
-        out["metric_relabel_configs"] = relabel_configs(engine)
+    if relabel or keep:
+        out["metric_relabel_configs"] = (relabel_configs(engine) if relabel else []) + (keep or [])
     return out
 
 
@@ -88,6 +131,19 @@ def _spec_selector(spec: Path) -> tuple[str, dict[str, str], str]:
     return job, selector, s.service.engine
 
 
+def _plan(spec: Path):
+    """The spec's plan; spec problems are printed and exit 2."""
+    from genobs.errors import SpecError
+    from genobs.plan import load_plan
+
+    try:
+        return load_plan(spec)[1]
+    except SpecError as exc:
+        for p in exc.problems:
+            click.echo(str(p), err=True)
+        raise SystemExit(2) from None
+
+
 @click.command("scrape-config")
 @click.argument("spec", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--job", default=None, help="job_name (default: the spec selector's job, else vllm).")
@@ -100,8 +156,28 @@ def _spec_selector(spec: Path) -> tuple[str, dict[str, str], str]:
 )
 @click.option("--interval", default=None, help="scrape_interval of this job, e.g. 15s (default: the global one).")
 @click.option("--relabel-only", is_flag=True, help="Print only the metric_relabel_configs list.")
+@click.option(
+    "--drop-unread",
+    is_flag=True,
+    help="Keep only the metric families the spec's rules and runbook queries read (needs SPEC): a `keep` by "
+    "__name__ after the rename, so no series a rule reads is dropped.",
+)
+@click.option(
+    "--remote-write",
+    "remote_write",
+    default=None,
+    metavar="URL",
+    help="Print instead the edge tier's remote_write entry to URL (needs SPEC): it ships only the recorded "
+    "genobs:* series and the raw series the global rules read.",
+)
 def scrape_config(
-    spec: Path | None, job: str | None, targets: tuple[str, ...], interval: str | None, relabel_only: bool
+    spec: Path | None,
+    job: str | None,
+    targets: tuple[str, ...],
+    interval: str | None,
+    relabel_only: bool,
+    drop_unread: bool,
+    remote_write: str | None,
 ) -> None:
     """Print a Prometheus scrape job for vLLM that keeps the metric names' colons.
 
@@ -110,8 +186,20 @@ def scrape_config(
     specs keep `service.metric_names: colon`. With SPEC, the job name and the other
     selector labels (as target labels) come from the spec's service.selector.
     """
+    if (drop_unread or remote_write) and spec is None:
+        raise click.UsageError(f"{'--drop-unread' if drop_unread else '--remote-write'} needs SPEC: what it keeps is what the spec's rules read")
+    if remote_write is not None and not re.fullmatch(r"https?://[^\s]+", remote_write):
+        raise click.BadParameter(f"{remote_write!r} is not an http(s) URL", param_hint="--remote-write")
+    plan = _plan(spec) if spec is not None and (drop_unread or remote_write) else None
+    if remote_write is not None:
+        from genobs.plan.tiers import write_relabel_configs
+
+        entry = {"url": remote_write, "write_relabel_configs": write_relabel_configs(plan)}
+        click.echo(dump({"remote_write": [entry]}), nl=False)
+        return
+    keep = keep_configs(read_families(plan), plan.engine) if plan is not None else None
     if relabel_only:
-        click.echo(dump({"metric_relabel_configs": relabel_configs()}), nl=False)
+        click.echo(dump({"metric_relabel_configs": relabel_configs() + (keep or [])}), nl=False)
         return
     if interval is not None and not _DURATION.fullmatch(interval):
         raise click.BadParameter(f"{interval!r} is not a Prometheus duration; write e.g. 15s or 1m", param_hint="--interval")
@@ -133,5 +221,7 @@ def scrape_config(
                 click.echo(str(p), err=True)
             raise SystemExit(2) from None
         job = job or spec_job
-    entry = scrape_job(job or "vllm", list(targets) or ["127.0.0.1:9400"], labels, engine=engine, interval=interval)
+    entry = scrape_job(
+        job or "vllm", list(targets) or ["127.0.0.1:9400"], labels, engine=engine, interval=interval, keep=keep
+    )
     click.echo(dump({"scrape_configs": [entry]}), nl=False)
