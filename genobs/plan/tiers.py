@@ -1,9 +1,8 @@
 """Edge and global tiers (read by the `render` stage and `genobs scrape-config`): the same
-rules, split by where they can run. The edge tier (each cluster's Prometheus) holds every
-recording rule that reads an engine's own series, and whatever those rules read in turn; the
-global tier (a backend that holds every cluster) holds the rest, which read only recorded
-`genobs:*` series and the few raw series named in `shipped` (e.g. `up`). The edge's
-remote_write keeps exactly those."""
+rules, split by where they run. The edge tier (each cluster's Prometheus) records; the global
+tier (a backend that holds every cluster) alerts, and records what needs days of history. The
+global rules read recorded `genobs:*` series and the few raw series named in `shipped` (e.g.
+`up`); the edge's remote_write keeps exactly those."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from dataclasses import dataclass, replace
 
 from genobs import naming
 from genobs import promql as q
-from genobs.plan.groups import by_record, follow
 from genobs.plan.model import AlertRule, Plan, RecordingRule, RuleGroup
 
 RECORDED = re.compile(rf"{naming.PREFIX}:.*")
@@ -25,18 +23,36 @@ class Tiers:
     shipped: tuple[tuple[str, str], ...]  # (name, le regex) of the raw series the global rules read, sorted
 
 
-def _reads_raw(expr: str, recorded: set[str]) -> bool:
-    return bool(q.metric_names(expr) - recorded)
+EDGE_HISTORY_SECONDS = 3600  # an edge Prometheus needs an hour of history (plus its rate windows), not days
+_RANGE = re.compile(r"\[\s*([0-9]+[0-9smhdwy]*)\s*(?::[^\]]*)?\]")
+_OFFSET = re.compile(r"\boffset\s+([0-9]+[0-9smhdwy]*)")
+
+
+def history_seconds(expr: str) -> float:
+    """How far back an expression reads: its longest range plus its longest offset."""
+    from genobs.units import prom_duration_seconds
+
+    ranges = [prom_duration_seconds(d) for d in _RANGE.findall(expr)]
+    offsets = [prom_duration_seconds(d) for d in _OFFSET.findall(expr)]
+    return max(ranges, default=0.0) + max(offsets, default=0.0)
 
 
 def split(plan: Plan) -> Tiers:
+    """Edge: every recording rule, so each cluster computes its own per-pod and per-model series
+    in one evaluation (a rule sees the rules before it in its group, as on one Prometheus);
+    except those that read more than an hour of history (SLO periods, day and week baselines)
+    and the rules that read them, which run on the backend that keeps days. Global: those and
+    every alerting rule."""
     rules = [r for g in plan.groups for r in g.rules]
-    recorded_by = by_record(rules)
-    recorded = set(recorded_by)
-    edge_roots = [r for r in rules if isinstance(r, RecordingRule) and _reads_raw(r.expr, recorded)]
-    # an edge rule's own inputs are computed at the edge too: the global tier receives them shipped
-    closure, _ = follow([r.expr for r in edge_roots], recorded_by)
-    edge_ids = {id(r) for r in edge_roots} | {id(recorded_by[name][i]) for name, i in closure}
+    recording = [r for r in rules if isinstance(r, RecordingRule)]
+    recorded = {r.record for r in recording}
+    long = {id(r) for r in recording if history_seconds(r.expr) > EDGE_HISTORY_SECONDS}
+    changed = True
+    while changed:  # and whatever reads a long rule's series
+        long_names = {r.record for r in recording if id(r) in long}
+        grown = {id(r) for r in recording if q.metric_names(r.expr) & long_names} | long
+        changed, long = grown != long, grown
+    edge_ids = {id(r) for r in recording if id(r) not in long}
 
     def part(keep) -> tuple[RuleGroup, ...]:
         out = []
