@@ -24,7 +24,7 @@ def rel(path: Path) -> str:
     return str(path.relative_to(REPO))
 
 
-def _outside_fences(text: str):
+def outside_fences(text: str):
     """(line number, line) of every line outside fenced code blocks."""
     fence = None
     for n, line in enumerate(text.splitlines(), 1):
@@ -49,7 +49,7 @@ def slug(heading: str) -> str:
 def headings(text: str) -> list[tuple[int, str]]:
     """(level, text) of every heading outside code blocks."""
     out = []
-    for _, line in _outside_fences(text):
+    for _, line in outside_fences(text):
         m = re.match(r"^(#{1,6}) +(.*?) *#*$", line)
         if m:
             out.append((len(m.group(1)), m.group(2)))
@@ -71,7 +71,7 @@ def anchors(text: str) -> set[str]:
 def links(text: str) -> list[tuple[int, str]]:
     """(line, target) of every Markdown link and image outside code, inline code dropped."""
     out = []
-    for n, line in _outside_fences(text):
+    for n, line in outside_fences(text):
         line = re.sub(r"`[^`]*`", "", line)
         out += [(n, m.group(1)) for m in re.finditer(r"\]\(([^)\s]+)(?: \"[^\"]*\")?\)", line)]
     return out

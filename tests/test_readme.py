@@ -26,6 +26,7 @@ from tests.docs_support import (
     anchors,
     links,
     logical_lines,
+    outside_fences,
     page,
     rel,
     section,
@@ -215,6 +216,23 @@ def test_excerpt_is_in_its_file(path: Path, source: str, excerpt: str):
         f"{rel(path)}'s excerpt of {source} is not in that file as written; "
         "copy it again after `make golden` (or a change of the spec)"
     )
+
+
+def _named_paths():
+    """`specs/chat.yaml`, `tests/scenarios/`, `genobs/data/*.yaml`: repository paths the
+    prose names in code marks (a file with its extension, or a folder with its slash)."""
+    for path in PAGES:
+        for n, line in outside_fences(path.read_text(encoding="utf-8")):
+            for m in re.finditer(r"`((?:out|specs|tests|docs|genobs|bench|templates)/[^`\s<>]*)`", line):
+                word = m.group(1)
+                if word.endswith("/") or "." in word.rsplit("/", 1)[-1]:
+                    yield pytest.param(path, word, id=f"{rel(path)}:{n}:{word}")
+
+
+@pytest.mark.parametrize(("path", "word"), list(_named_paths()))
+def test_named_repository_path_exists(path: Path, word: str):
+    found = any(REPO.glob(word)) if any(c in word for c in "*?[") else (REPO / word).exists()
+    assert found, f"{rel(path)} names {word}, which is not in the repository"
 
 
 # --- shell commands ---------------------------------------------------------------------
