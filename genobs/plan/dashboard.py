@@ -6,7 +6,8 @@ from __future__ import annotations
 from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.model import Panel, Row, Target, Variable
-from genobs.plan.recording import QUANTILES, Recorder
+from genobs.plan.recorder import Recorder
+from genobs.plan.recording import QUANTILES
 
 _COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
 
