@@ -238,7 +238,10 @@ def test_named_repository_path_exists(path: Path, word: str):
 # --- shell commands ---------------------------------------------------------------------
 
 # programs the pages may call besides genobs, make, pytest and files of the clone
-KNOWN_PROGRAMS = {"cat", "cd", "curl", "eval", "git", "kubectl", "mkdir", "pip", "pipx", "prometheus", "promtool", "rm"}
+KNOWN_PROGRAMS = {
+    *("cat", "cd", "curl", "echo", "eval", "git", "jq", "mkdir", "pip", "pipx", "python3", "rm"),
+    *("amtool", "prometheus", "promtool", "kubectl", "helm", "vmalert", "victoria-metrics", "mimirtool", "thanos"),
+}
 INPUT_PATHS = {"spec", "specs", "spec_path", "results", "baseline_path", "baseline_spec"}  # click parameter names
 OUTPUT_PATHS = {"output", "plot_path"}
 
