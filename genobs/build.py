@@ -22,6 +22,7 @@ class Output:
     spec_file: str
     files: dict[str, bytes]
     warnings: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()  # what the engine cannot observe (printed as notes)
     # the data behind the YAML rule and test files (same keys as `files`): the check stage
     # splits the tests from it instead of parsing the bytes back. render_all empties it once
     # `on_output` has seen it (several times the size of the bytes, for a large spec)
@@ -97,7 +98,7 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
 
             for rel, data in autoscaling_files(doc.spec, lambda d: dump_yaml(d, plan.name)).items():
                 files[f"kubernetes/{rel}"] = data
-    return Output(plan.name, str(path), files, plan.warnings, documents)
+    return Output(plan.name, str(path), files, plan.warnings, plan.capabilities, documents)
 
 
 def render_all(

@@ -49,7 +49,9 @@ def _other_version(doc: SpecDocument, catalog, version, problems: list[Problem])
         return None
     if not catalog.min_version <= other <= catalog.max_version:
         known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
-        problems.append(doc.problem(where, f"vLLM {text} is outside the versions genobs knows ({known})"))
+        problems.append(
+            doc.problem(where, f"{catalog.display_name} {text} is outside the versions genobs knows ({known})")
+        )
         return None
     if other == version:
         problems.append(doc.problem(where, f"is engine_version itself ({format_version(version)}); name the other release"))
@@ -71,7 +73,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
             problems.append(
                 doc.problem(
                     ("service", "engine_version"),
-                    f"vLLM {spec.service.engine_version} is outside the versions genobs knows "
+                    f"{catalog.display_name} {spec.service.engine_version} is outside the versions genobs knows "
                     f"({format_version(catalog.min_version)} to {format_version(catalog.max_version)})",
                 )
             )
@@ -153,7 +155,16 @@ def _primary(signal: str) -> str:
 
 
 def _runbook(alerts: list[AlertRule], ctx: Context, rec) -> tuple[RunbookEntry, ...]:
-    return runbook_entries(alerts, signal_data(), lambda alert: confirm_queries(ctx, rec, alert))
+    entries = runbook_entries(alerts, signal_data(), lambda alert: confirm_queries(ctx, rec, alert))
+    return tuple(_with_caveat(e, ctx) for e in entries)
+
+
+def _with_caveat(entry: RunbookEntry, ctx: Context) -> RunbookEntry:
+    """A signal the engine gives only approximately says so in its runbook section."""
+    how = ctx.catalog.caveat(entry.signal)
+    if how is None:
+        return entry
+    return replace(entry, meaning=f"{entry.meaning} Approximation on {ctx.release}: {how}.")
 
 
 def _raw_metrics(
@@ -176,7 +187,7 @@ def _raw_metrics(
         for rule in g.rules:
             for name in q.metric_names(rule.expr) - recorded:
                 if name not in known:
-                    raise AssertionError(f"{name} in {rule.expr} is not exported by vLLM {ctx.version_text}")
+                    raise AssertionError(f"{name} in {rule.expr} is not exported by {ctx.release}")
                 raw.add(name)
     return frozenset(raw)
 
@@ -200,6 +211,8 @@ def _unreachable(ctx: Context, alerts: list[AlertRule]) -> list[str]:
 def _feature_notes(ctx: Context, rec) -> list[str]:
     """Features the version supports only in part."""
     out = []
+    if ctx.catalog.missing_reason("spec_decode_acceptance") is not None:
+        return out  # said in the capability lines
     if "speculative_decoding" in ctx.features and "spec_alpha" not in rec.names:
         out.append(
             f"VllmSpecDecodeAcceptanceLow is not generated: vLLM {ctx.version_text} exports no per-position "
@@ -241,9 +254,52 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
     report = lambda path, msg: problems.append(doc.problem(path, msg))  # noqa: E731
     resolved = resolve(spec.use_case, overrides, report)
     if ctx is not None:
+        _check_observable(ctx, overrides, report)
+        resolved = [a for a in resolved if ctx.catalog.missing_reason(a.signal) is None]
         slo.validate(doc, ctx, report)
         capacity.validate(doc, ctx, report)
     return ctx, resolved, problems
+
+
+def _check_observable(ctx: Context, overrides: dict[str, dict], report) -> None:
+    """An alert the spec asks for on a signal the engine cannot observe is an error, never a
+    rule that can never fire (`enabled: false` is fine: it asks for nothing)."""
+    for signal, layer in overrides.items():
+        why = ctx.catalog.missing_reason(signal)
+        if why is not None and layer.get("enabled", True) is not False:
+            report(
+                ("alerts", signal),
+                f"{signal} is not observable on {ctx.release}: {why}; remove alerts.{signal} "
+                "(genobs cannot back an alert on it)",
+            )
+
+
+# signals whose alerts exist only with a feature on
+_SIGNAL_FEATURE = {
+    "nixl_transfer": "disaggregated_prefill",
+    "nixl_failures": "disaggregated_prefill",
+    "nixl_kv_expiry": "disaggregated_prefill",
+    "spec_decode_acceptance": "speculative_decoding",
+}
+
+
+def capability_lines(ctx: Context, preset: str) -> list[str]:
+    """One line per signal the engine cannot observe that the use case would alert on, and per
+    signal read through an approximation: what build prints and explain says."""
+    data = signal_data()
+    wanted = {
+        a.signal
+        for a in resolve(preset, {}, lambda path, msg: None)
+        if _SIGNAL_FEATURE.get(a.signal, "") in ("", *ctx.features)
+    }
+    out = []
+    for signal, why in ctx.catalog.not_observable:
+        if signal in wanted:
+            out.append(f"{data['signals'][signal]['title']} ({signal}) is not observable on {ctx.release}: {why}")
+    for signal, how in ctx.catalog.approximate:
+        if signal in wanted:
+            out.append(f"{data['signals'][signal]['title']} ({signal}) is an approximation on {ctx.release}: {how}")
+    return out
 
 
 def plan_problems(error: SpecError) -> SpecError:
@@ -327,13 +383,13 @@ def assemble(doc: SpecDocument) -> Assembly:
         interval = slo.long_interval(spec.evaluation_interval)
         groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, slos.long_rules),)
     preset = preset_data()[spec.use_case]
-    title = spec.dashboard.title or f"vLLM - {spec.name}"
+    title = spec.dashboard.title or f"{ctx.catalog.display_name} - {spec.name}"
     dashboard = Dashboard(
         title=title,
         uid=spec.dashboard.uid or naming.dashboard_uid(spec.name),
         folder=spec.dashboard.folder or "LLM serving",
         refresh=spec.dashboard.refresh,
-        tags=("genobs", "vllm", spec.use_case),
+        tags=("genobs", spec.service.engine, spec.use_case),
         variables=build_variables(ctx, rec),
         rows=_with_lead(_with_capacity(slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset),
         runbook_url=base_url if _absolute(base_url) else None,
@@ -375,6 +431,8 @@ def assemble(doc: SpecDocument) -> Assembly:
         + tuple(_unreachable(ctx, alerts))
         + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
+        capabilities=tuple(capability_lines(ctx, spec.use_case)),
+        engine_release=ctx.release,
     )
     plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)

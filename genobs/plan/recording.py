@@ -26,9 +26,22 @@ LATENCIES = {
 MEAN_ONLY = frozenset({"prefill_time", "decode_time"})
 
 
+def _requests_without_reasons(r: Recorder) -> None:
+    """An engine without finish reasons (SGLang): finished requests from its plain counter, aborts
+    from its own counter (not part of the finished count: the ratio is aborted per finished)."""
+    ctx = r.ctx
+    r.add("finished", "requests_finished", "rate", ctx.sum_rate("requests_finished"))
+    if ctx.has("requests_aborted"):
+        aborted = f"{ctx.sum_rate('requests_aborted')} or ({r.ref('finished')} * 0)"
+        r.add("abort_ratio", "request_abort_finish", "ratio", q.ratio(aborted, r.ref("finished")))
+    liveness.record_failures(r)
+
 def _requests(r: Recorder) -> None:
     ctx = r.ctx
     g = ctx.group
+    if not ctx.has("request_success"):
+        _requests_without_reasons(r)
+        return
     r.add(
         "finish_by_reason",
         "requests_finished_by_reason",
@@ -129,12 +142,13 @@ def _tokens(r: Recorder) -> None:
     # finish but none decodes a second token (every answer empty), not a missing series
     silent = f"({r.ref('finished')} > 0 and {q.on(g)} {r.ref('generation_length_mean')} <= 1) * 0"
     r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", f"{output_speed(r)} or {silent}")
-    r.add(
-        "prefill_speed_per_user",
-        "prefill_speed_per_user",
-        "tokens_per_second",
-        q.ratio(ctx.sum_rate("prompt_length", "_sum"), ctx.sum_rate("prefill_time", "_sum")),
-    )
+    if ctx.has("prefill_time"):
+        r.add(
+            "prefill_speed_per_user",
+            "prefill_speed_per_user",
+            "tokens_per_second",
+            q.ratio(ctx.sum_rate("prompt_length", "_sum"), ctx.sum_rate("prefill_time", "_sum")),
+        )
 
 
 def output_speed(r: Recorder) -> str:
@@ -160,6 +174,8 @@ def _decomposition(r: Recorder) -> None:
         f"{r.ref('ttft_mean')} + clamp_min({gen} - 1, 0) * {r.ref('tpot_mean')}",
     )
     for part in ("queue_time", "prefill_time", "decode_time"):
+        if f"{part}_mean" not in r.names:
+            continue  # the engine has no such histogram (SGLang: no prefill or decode time)
         r.add(f"{part}_share", f"e2e_{part}_share", "ratio", q.ratio(r.ref(f"{part}_mean"), r.ref("e2e_mean")))
 
 
@@ -297,8 +313,12 @@ def _spec_decode(r: Recorder) -> None:
 
 def _process(r: Recorder) -> None:
     ctx = r.ctx
-    r.add("process_rss", "api_server_resident_memory", "bytes", q.max_by(ctx.process_group, ctx.raw("process_rss")))
-    r.add("process_gc", "api_server_gc_collections", "rate", ctx.sum_rate("gc_collections", labels=("generation",)))
+    if ctx.has("process_rss"):  # none in prometheus_client's multiprocess mode (SGLang, TensorRT-LLM)
+        rss = q.max_by(ctx.process_group, ctx.raw("process_rss"))
+        r.add("process_rss", "api_server_resident_memory", "bytes", rss)
+    if ctx.has("gc_collections"):
+        gc = ctx.sum_rate("gc_collections", labels=("generation",))
+        r.add("process_gc", "api_server_gc_collections", "rate", gc)
     targets = tuple(label for label in ctx.process_group if label != "instance")
     up = ctx.up()
     r.add("process_targets_up", "scrape_targets_up", "sum", q.sum_by(targets, up))
