@@ -90,7 +90,8 @@ def shipped(pods: int, work: Path) -> tuple[int, int]:
     """(series through the edge filter, series unfiltered) that reach VictoriaMetrics from `pods` pods."""
     from genobs.build import render_spec
     from genobs.commands.scrape_config import relabel_configs
-    from genobs.plan import load_plan, tiers
+    from genobs.compiler import load_plan
+    from genobs.plan import tiers
     from tests.e2e_support import Prometheus, poll
     from tests.vm_support import VictoriaMetrics, running
 
@@ -142,7 +143,8 @@ def shipped(pods: int, work: Path) -> tuple[int, int]:
 def rule_cost(pods: int, repeat: int, keep: Path | None) -> str:
     """Per-minute evaluation cost of the global tier and of every rule, on one synthetic fleet."""
     from genobs.build import render_spec
-    from genobs.plan import load_plan, tiers
+    from genobs.compiler import load_plan
+    from genobs.plan import tiers
 
     plain_labels = synthetic_fleet.pod_labels
     synthetic_fleet.pod_labels = lambda pod: {**plain_labels(pod), "cluster": "ab"[pod % 2]}

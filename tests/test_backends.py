@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from genobs import promql as q
 from genobs.build import check_backend_rules, render_spec
 from genobs.cli import main
-from genobs.plan import load_plan, tiers
+from genobs.compiler import load_plan
+from genobs.plan import tiers
 from tests.conftest import REPO, SPECS
 
 CHAT = REPO / "specs" / "chat.yaml"

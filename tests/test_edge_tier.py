@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from genobs.build import render_spec
 from genobs.cli import main
 from genobs.commands.scrape_config import read_families
-from genobs.plan import load_plan, tiers
+from genobs.compiler import load_plan
+from genobs.plan import tiers
 from tests.conftest import REPO
 from tests.e2e_support import PROMETHEUS, Prometheus, poll
 from tests.vm_support import VictoriaMetrics, running

@@ -18,7 +18,8 @@ import yaml
 
 from genobs.build import render_spec
 from genobs.commands.scrape_config import relabel_configs
-from genobs.plan import load_plan, tiers
+from genobs.compiler import load_plan
+from genobs.plan import tiers
 from genobs.sim import Simulator
 from tests.conftest import REPO
 from tests.e2e_support import PROMETHEUS, Prometheus, poll, stopping

@@ -133,8 +133,8 @@ def _spec_selector(spec: Path) -> tuple[str, dict[str, str], str]:
 
 def _plan(spec: Path):
     """The spec's plan; spec problems are printed and exit 2."""
+    from genobs.compiler import load_plan
     from genobs.errors import SpecError
-    from genobs.plan import load_plan
 
     try:
         return load_plan(spec)[1]
