@@ -17,6 +17,15 @@ BACKEND_FIELDS = {
 }
 
 
+def _summed(engine: str) -> tuple[str, ...]:
+    from genobs.catalog import load_catalog
+
+    try:
+        return load_catalog(engine).rank_labels_summed
+    except Exception:  # an unknown engine is reported by the version checks
+        return ()
+
+
 def validate(doc, report: Callable[[tuple, str], None]) -> None:
     spec = doc.spec
     out = spec.output
@@ -38,6 +47,8 @@ def validate(doc, report: Callable[[tuple, str], None]) -> None:
         clash = "is service.roles.label"
     elif cluster in OWN_LABELS:
         clash = "is a label genobs sets or pairs replicas on"
+    elif cluster in _summed(spec.service.engine):
+        clash = f"is a rank label of {spec.service.engine}'s series, which every query sums away"
     else:
         return
     report(
