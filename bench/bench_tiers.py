@@ -114,8 +114,8 @@ def shipped(pods: int, work: Path) -> tuple[int, int]:
                     "scrape_interval": "1s",
                     "scrape_timeout": "1s",
                     "static_configs": [
-                        {"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "llm-prod", "pod": f"p{i}"}}
-                        for i in range(pods)
+                        {"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "llm-prod", "pod": f"p{i}", "instance": f"10.0.0.{i}:8000"}}
+                        for i in range(pods)  # one address, a pod and an instance of its own each
                     ],
                     "metric_relabel_configs": relabel_configs(),
                 }

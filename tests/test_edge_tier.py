@@ -146,7 +146,8 @@ def test_edge_remote_write_ships_only_what_the_global_tier_reads(tmp_path: Path,
     mark = lambda v: {"target_label": "shipped", "replacement": v, "action": "replace"}  # noqa: E731
     with exporter() as port, running(VictoriaMetrics(tmp_path / "vm")) as vm:
         scrape = generated_relabel(spec)
-        pods = [{"namespace": "llm-prod", "pod": f"vllm-chat-{i}"} for i in range(2)]
+        # one address, scraped as two pods: each its own `pod` and `instance`, as two replicas are
+        pods = [{"namespace": "llm-prod", "pod": f"vllm-chat-{i}", "instance": f"10.0.0.{i}:8000"} for i in range(2)]
         jobs = [job("vllm-chat", port, "/colon", scrape, *pods)]
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "external_labels": {"cluster": "a"}},
