@@ -265,3 +265,47 @@ def test_cluster_label_rules_pass_their_generated_tests(tmp_path: Path, promtool
     spec = spec_with(tmp_path, service={"cluster_label": "cluster"})
     result = CliRunner().invoke(main, ["build", "--strict", "-o", str(tmp_path / "out"), str(spec)])
     assert result.exit_code == 0, result.output
+
+
+# --- scrape-config: the diet and the edge's remote_write --------------------------------------
+
+
+def test_scrape_config_diet_and_remote_write_need_a_good_spec(tmp_path: Path):
+    runner = CliRunner()
+    for flags in (["--drop-unread"], ["--remote-write", "http://vm:8428/api/v1/write"]):
+        result = runner.invoke(main, ["scrape-config", *flags])
+        assert result.exit_code == 2 and "needs SPEC" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(CHAT.read_text() + "output: {backend: thanos, tenants: [a]}\n")
+    result = runner.invoke(main, ["scrape-config", "--drop-unread", str(bad)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"{bad}:" in result.stderr and "output.tenants" in result.stderr
+    result = runner.invoke(main, ["scrape-config", "--remote-write", "vm:8428", str(CHAT)])
+    assert result.exit_code == 2 and "http(s) URL" in result.output
+
+
+def test_scrape_config_diet_keeps_the_read_families_after_the_rename():
+    from genobs.commands.scrape_config import read_families
+
+    result = CliRunner().invoke(main, ["scrape-config", "--drop-unread", str(CHAT)])
+    assert result.exit_code == 0, result.output
+    (job,) = yaml.safe_load(result.stdout)["scrape_configs"]
+    rename, keep = job["metric_relabel_configs"]
+    assert rename["target_label"] == "__name__" and keep["action"] == "keep"
+    pattern = re.compile(keep["regex"])
+    families = read_families(load_plan(CHAT)[1])
+    assert "vllm:time_to_first_token_seconds_sum" in families  # a histogram is kept whole
+    for name in families:
+        assert pattern.fullmatch(name) and pattern.fullmatch(name.replace("vllm:", "vllm_"))
+    assert not pattern.fullmatch("vllm:time_to_first_token_seconds_created")
+    assert not pattern.fullmatch("python_gc_objects_collected_total")
+
+
+def test_remote_write_entry_is_the_edge_filter():
+    result = CliRunner().invoke(main, ["scrape-config", "--remote-write", "http://vm:8428/api/v1/write", str(CHAT)])
+    assert result.exit_code == 0, result.output
+    (entry,) = yaml.safe_load(result.stdout)["remote_write"]
+    assert entry == {
+        "url": "http://vm:8428/api/v1/write",
+        "write_relabel_configs": tiers.write_relabel_configs(load_plan(CHAT)[1]),
+    }
