@@ -221,6 +221,11 @@ class SLO(_Model):
         None,
         description="Histogram buckets the engine was started with (--custom-histogram-buckets), if not the default.",
     )
+    scope: Literal["cluster", "global"] = Field(
+        "cluster",
+        description="With service.cluster_label: cluster (default) keeps one SLO per cluster; global is one SLO "
+        "over every cluster's requests (its series and alerts carry no cluster label).",
+    )
     burn_rates: list[BurnRate] | None = Field(
         None,
         description="Replaces the SRE-workbook burn-rate table "

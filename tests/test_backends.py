@@ -309,3 +309,24 @@ def test_remote_write_entry_is_the_edge_filter():
         "url": "http://vm:8428/api/v1/write",
         "write_relabel_configs": tiers.write_relabel_configs(load_plan(CHAT)[1]),
     }
+
+
+def test_global_slo_sums_the_clusters_and_runs_on_the_global_tier(tmp_path: Path):
+    data = yaml.safe_load(CHAT.read_text())
+    data["service"]["cluster_label"] = "cluster"
+    data["slos"][0]["scope"] = "global"  # first-token over every cluster; the others per cluster
+    spec = tmp_path / "chat.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    _, plan = load_plan(spec)
+    assert plan.global_slos == ("first-token",)
+    t = tiers.split(plan)
+    for g in t.edge:
+        for r in g.rules:
+            assert ("slo", "first-token") not in r.labels, r.record
+    slo_rules = [r for g in plan.groups for r in g.rules if ("slo", "first-token") in r.labels]
+    assert slo_rules
+    for r in slo_rules:
+        for labels in re.findall(r"\b(?:by|on) \(([^)]*)\)", r.expr):
+            assert "cluster" not in labels, r.expr
+    other = [r for g in plan.groups for r in g.rules if ("slo", "token-pace") in r.labels]
+    assert other and all("cluster" in labels for r in other for labels in re.findall(r"\bby \(([^)]*)\)", r.expr))

@@ -439,6 +439,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         raw_metrics=raw,
         capabilities=tuple(capability_lines(ctx, spec.use_case)),
         engine_release=ctx.release,
+        global_slos=tuple(s.name for s in spec.slos if s.scope == "global" and ctx.cluster),
     )
     plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)

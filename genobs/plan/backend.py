@@ -37,6 +37,13 @@ def validate(doc, report: Callable[[tuple, str], None]) -> None:
             )
     cluster = spec.service.cluster_label
     if cluster is None:
+        for i, slo in enumerate(spec.slos):
+            if "scope" in slo.model_fields_set and slo.scope == "global":
+                report(
+                    ("slos", i, "scope"),
+                    "scope: global sums the clusters of service.cluster_label together; without a cluster label "
+                    "every SLO already covers everything the selector reads: remove scope or set cluster_label",
+                )
         return
     roles = spec.service.roles
     if cluster in spec.service.group_by:

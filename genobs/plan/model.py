@@ -164,6 +164,7 @@ class Plan:
     capabilities: tuple[str, ...] = ()
     engine_release: str = ""  # 'SGLang 0.5.23': the engine and release in texts
     raw_metrics: frozenset[str] = field(default_factory=frozenset)
+    global_slos: tuple[str, ...] = ()  # SLOs of `scope: global`: one over every cluster (tiers.py runs them global)
 
     @property
     def alerts(self) -> tuple[AlertRule, ...]:

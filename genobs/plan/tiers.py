@@ -40,13 +40,15 @@ def history_seconds(expr: str) -> float:
 def split(plan: Plan) -> Tiers:
     """Edge: every recording rule, so each cluster computes its own per-pod and per-model series
     in one evaluation (a rule sees the rules before it in its group, as on one Prometheus);
-    except those that read more than an hour of history (SLO periods, day and week baselines)
-    and the rules that read them, which run on the backend that keeps days. Global: those and
-    every alerting rule."""
+    except those that read more than an hour of history (SLO periods, day and week baselines),
+    those of an SLO over every cluster (`scope: global`), and the rules that read them, which run
+    on the backend that keeps days and every cluster. Global: those and every alerting rule."""
     rules = [r for g in plan.groups for r in g.rules]
     recording = [r for r in rules if isinstance(r, RecordingRule)]
     recorded = {r.record for r in recording}
-    long = {id(r) for r in recording if history_seconds(r.expr) > EDGE_HISTORY_SECONDS}
+    # an SLO over every cluster sums what the clusters ship: it cannot run in any one of them
+    over_clusters = {id(r) for r in recording if any(k == "slo" and v in plan.global_slos for k, v in r.labels)}
+    long = {id(r) for r in recording if history_seconds(r.expr) > EDGE_HISTORY_SECONDS} | over_clusters
     changed = True
     while changed:  # and whatever reads a long rule's series
         long_names = {r.record for r in recording if id(r) in long}
