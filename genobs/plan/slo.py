@@ -71,6 +71,10 @@ def validate(doc, ctx: Context, report) -> None:
                     "or give burn_rates",
                 )
         if slo.sli == "success":
+            why = ctx.catalog.missing_reason("success")
+            if why is not None:
+                report((*path, "sli"), f"the success SLI is not observable on {ctx.release}: {why}")
+                continue
             if slo.threshold is not None:
                 report((*path, "threshold"), "the success SLI has no threshold; it counts finish reasons")
             available = ctx.catalog.reasons_for(ctx.version)
@@ -78,7 +82,7 @@ def validate(doc, ctx: Context, report) -> None:
                 if reason not in available:
                     report(
                         (*path, "bad_reasons", j),
-                        f"finished_reason {reason!r} does not exist in vLLM {ctx.version_text} (it has: {', '.join(available)})",
+                        f"finished_reason {reason!r} does not exist in {ctx.release} (it has: {', '.join(available)})",
                     )
             continue
         if slo.bad_reasons is not None:
@@ -88,14 +92,14 @@ def validate(doc, ctx: Context, report) -> None:
             continue
         key = LATENCY_SLIS[slo.sli][0]
         if slo.buckets is not None and ctx.version < ctx.catalog.custom_buckets_since:
-            report((*path, "buckets"), "custom histogram buckets need vLLM >= 0.32.0 (--custom-histogram-buckets)")
+            report((*path, "buckets"), f"custom histogram buckets need {_bucket_flag_text(ctx, key)}")
             continue
         bounds = tuple(slo.buckets) if slo.buckets else ctx.catalog.metric(key).buckets_for(ctx.version)
         value = parse_seconds(slo.threshold)
         if not any(abs(b - value) < 1e-9 for b in bounds):
             report(
                 (*path, "threshold"),
-                f"{slo.threshold} is not a bucket boundary of {ctx.metric(key)} in vLLM {ctx.version_text}; "
+                f"{slo.threshold} is not a bucket boundary of {ctx.metric(key)} in {ctx.release}; "
                 f"nearest boundaries: {_nearest(bounds, value)}",
             )
         for j, row in enumerate(slo.burn_rates or ()):
@@ -378,3 +382,14 @@ def _all_windows(own, windows: list[str]) -> str:
     names = [naming.record("slo_burn_rate", f"rate{w}") for w in dict.fromkeys(windows)]
     sel = own(names[0])
     return "{" + f"__name__=~{q.quote(q.any_of(names))}," + sel[len(names[0]) + 1 :]
+
+
+def _bucket_flag_text(ctx: Context, key: str) -> str:
+    """Which release and flag let the engine export other buckets for histogram `key`."""
+    flag = dict(ctx.catalog.bucket_flags).get(key)
+    if flag is None:
+        if ctx.catalog.custom_buckets_since >= (10**6, 0, 0):
+            return f"an engine flag {ctx.catalog.display_name} does not have"
+        since = ".".join(map(str, ctx.catalog.custom_buckets_since))
+        return f"{ctx.catalog.display_name} >= {since} (--custom-histogram-buckets)"
+    return f"{flag} on {ctx.catalog.display_name}"
