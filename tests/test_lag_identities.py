@@ -32,8 +32,9 @@ CHAT = REPO / "specs" / "chat.yaml"
 INTERVAL_SECONDS = 30  # the chat spec's evaluation interval and the fleet's scrape interval
 OUTAGE_FROM = 10  # minutes
 DURATION = 50  # minutes: the 30m window lies wholly in the outage at the end
-SELECTOR = re.compile(r"(genobs:[A-Za-z0-9_:]+)(\{[^{}]*\})?(\[[^\]]*\])?(?: offset (\d+)([smh]))?")
+SELECTOR = re.compile(r"(genobs:[A-Za-z0-9_:]+)(\{[^{}]*\})?(\[[^\]]*\])?(?: offset (\d+)([smhdwy]))?")
 TOLERANCE = 1e-9
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
 def _fleet(spec: dict) -> list[dict]:
@@ -66,7 +67,7 @@ def _lagged(expr: str, lagged: set[str]) -> str:
     def sub(m: re.Match) -> str:
         if m.group(1) not in lagged:
             return m.group(0)
-        before = int(m.group(4) or 0) * {"s": 1, "m": 60, "h": 3600}[m.group(5) or "s"]
+        before = int(m.group(4) or 0) * UNIT_SECONDS[m.group(5) or "s"]
         return f"{m.group(1)}{m.group(2) or ''}{m.group(3) or ''} offset {before + INTERVAL_SECONDS}s"
 
     return SELECTOR.sub(sub, expr)
@@ -183,3 +184,108 @@ def test_the_patterns_separate_every_two_recorded_names(chat_build):
     for i, a in enumerate(recorded):
         for b in recorded[i + 1 :]:
             assert any((a in lagged) != (b in lagged) for lagged in patterns.values()), (a, b)
+
+
+# --- every example spec: the bounds, under every lag pattern ------------------------------------
+
+SPECS = sorted(
+    p
+    for p in (REPO / "specs").glob("*.yaml")
+    if yaml.safe_load(p.read_text())["service"].get("engine", "vllm") == "vllm"
+)
+GENERIC_MINUTES = 20
+
+
+def _generic_fleet(spec: dict) -> list[dict]:
+    """Noisy traffic on every replica, then (from OUTAGE_FROM) every first token late and every
+    request failing; a disaggregated spec gets a prefill and a decode pool."""
+    roles = spec["service"].get("roles")
+    pools: list[dict] | None = None
+    names: list = list(range(4))
+    if roles:
+        label = roles["label"]
+        prefill = {"finish": {"length": 1}, "output_tokens": 1}
+        pools = [
+            {"name": "prefill", "replicas": 2, "labels": {label: roles["prefill"]}, "traffic": prefill},
+            {"name": "decode", "replicas": 2, "labels": {label: roles["decode"]}, "traffic": {}},
+        ]
+        names = [f"{p['name']}-{i}" for p in pools for i in range(p["replicas"])]
+    events = []
+    for step in range(GENERIC_MINUTES * 2 + 1):
+        for i, which in enumerate(names):
+            rate = 2.0 + (step * 7 + i * 3) % 11 * 0.7
+            events.append(
+                {"replicas": which, "from": f"{step * 30}s", "to": f"{step * 30 + 30}s", "set": {"rate": rate}}
+            )
+    fleet: dict = {"duration": f"{GENERIC_MINUTES}m"}
+    if pools:
+        fleet["pools"] = pools
+    else:
+        fleet["replicas"] = 4
+    slow = {"ttft": {"min": 5, "p50": 8, "p99": 15, "max": 20}}
+    # every request fails with the failing reason the release has (error since 0.13, abort before)
+    for reason in ("error", "abort"):
+        outage = {"from": f"{OUTAGE_FROM}m", "set": {**slow, "finish": {reason: 1.0}}}
+        try:
+            return Fleet({**fleet, "events": [*events, outage]}, spec).series()
+        except ValueError as exc:
+            if "do not exist" not in str(exc):
+                raise
+    raise AssertionError("no failing finish reason")
+
+
+def _generic_tests(spec: dict) -> list[dict]:
+    bounds = [
+        '{__name__=~"genobs:slo_burn_rate:.+"} < 0',
+        '{__name__=~"genobs:slo_events:rate[^_]+",event="errors"} > ignoring (event) '
+        '{__name__=~"genobs:slo_events:rate[^_]+",event="requests"}',
+        '{__name__=~"genobs:requests_unsuccessful:rate.+"} < 0',
+        '{__name__=~"genobs:request_success:ratio_rate.+"} < 0',
+        '{__name__=~"genobs:request_success:ratio_rate.+"} > 1',
+        '{__name__=~"genobs:request_(length|abort)_finish:ratio_rate.+"} > 1',
+    ]
+    for slo in spec.get("slos") or []:
+        objective = float(str(slo["objective"]).rstrip("%")) / 100
+        bounds.append(
+            f'{{__name__=~"genobs:slo_burn_rate:.+",slo="{slo["name"]}"}} > {1 / (1 - objective):.12g} + 1e-9'
+        )
+    every_minute = range(1, GENERIC_MINUTES + 1)
+    tests = [{"expr": " or ".join(bounds), "eval_time": f"{m}m", "exp_samples": []} for m in every_minute]
+    # not vacuous: the series the bounds read exist
+    end = f"{GENERIC_MINUTES}m"
+    exists = ['{__name__=~"genobs:requests_unsuccessful:rate.+"}']
+    if spec.get("slos"):
+        exists.append('{__name__=~"genobs:slo_events:rate[^_]+",event="errors"}')
+    tests += [{"expr": f"count({sel}) > bool 0", "eval_time": end, "exp_samples": [{"value": 1}]} for sel in exists]
+    return tests
+
+
+@pytest.mark.slow  # 8 promtool runs per example spec
+@pytest.mark.parametrize("spec_path", SPECS, ids=[p.stem for p in SPECS])
+def test_bounds_hold_on_every_example_spec_whichever_evaluation_a_rule_sees(
+    spec_path: Path, tmp_path: Path, promtool: str
+):
+    out = render_spec(spec_path)
+    spec = yaml.safe_load(spec_path.read_text())
+    recorded = sorted(
+        {
+            r["record"]
+            for name, data in out.files.items()
+            if name.startswith("prometheus/") and name.endswith(".rules.yaml")
+            for g in yaml.safe_load(data)["groups"]
+            for r in g["rules"]
+            if "record" in r
+        }
+    )
+    series, tests = _generic_fleet(spec), _generic_tests(spec)
+    failures = []
+    # the bit patterns separate every two names; no lag at all is Prometheus, which the scenarios test
+    for name, lagged in _patterns(recorded).items():
+        if name == "none":
+            continue
+        prom = _write_rules(out.files, tmp_path / name, lagged)
+        rule_files, groups, _, _ = rule_groups(prom)
+        proc = promtool_expr_tests(promtool, rule_files, groups, series, tests, tmp_path / name / "lag_test.json")
+        if proc.returncode != 0:
+            failures.append(f"{name}: {(proc.stdout + proc.stderr)[-3000:]}")
+    assert not failures, "\n".join(failures)

@@ -228,7 +228,9 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
     ratios over-weights quiet hours (Sloth #241) and Pyrra's increase over the raw counters
     still reads every pod's samples (Pyrra #1440). See _derived for the window arithmetic.
     The cost no longer grows with the fleet: a long window reads one recorded series per
-    group_by value instead of every pod's raw counters."""
+    group_by value instead of every pod's raw counters. The base window's requests and errors
+    are one rule (slo_sli.events), so every window's ratio pairs the two sides of one evaluation,
+    also on a ruler that reads recorded series late (vmalert on a remote storage)."""
     rules: list[RecordingRule | AlertRule] = []
     long_rules: list[RecordingRule | AlertRule] = []
     rows: list[Row] = []
