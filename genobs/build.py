@@ -331,11 +331,13 @@ def check_prometheusrule(path: Path, name: str | None = None) -> promtool.Result
 
     import yaml
 
-    groups = yaml.safe_load(path.read_bytes())["spec"]["groups"]
+    from genobs.render.backends import prometheus_groups
+
+    groups = prometheus_groups(yaml.safe_load(path.read_bytes())["spec"])  # without a ThanosRuler's keys
     name = name or path.parent.parent.name
     with tempfile.TemporaryDirectory(prefix="genobs-") as tmp:
         rules = Path(tmp) / f"{name}.prometheusrule.rules.yaml"
-        rules.write_bytes(dump_yaml({"groups": groups}, name))
+        rules.write_bytes(dump_yaml(groups, name))
         return promtool.check_rules([rules])
 
 

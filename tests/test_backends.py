@@ -330,3 +330,15 @@ def test_global_slo_sums_the_clusters_and_runs_on_the_global_tier(tmp_path: Path
             assert "cluster" not in labels, r.expr
     other = [r for g in plan.groups for r in g.rules if ("slo", "token-pace") in r.labels]
     assert other and all("cluster" in labels for r in other for labels in re.findall(r"\bby \(([^)]*)\)", r.expr))
+
+
+def test_thanos_prometheusrule_carries_the_strategy(tmp_path: Path, promtool: str):
+    """prometheus-operator's PrometheusRule has partial_response_strategy for a ThanosRuler."""
+    spec = spec_with(tmp_path, name="chat-thanos-k8s", backend="thanos")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["build", "--strict", "--kubernetes", "-o", str(out), str(spec)])
+    assert result.exit_code == 0, result.output
+    groups = yaml.safe_load((out / "chat-thanos-k8s/kubernetes/prometheusrule.yaml").read_text())["spec"]["groups"]
+    thanos = [g for p in sorted((out / "chat-thanos-k8s/thanos").glob("*.yaml")) for g in yaml.safe_load(p.read_text())["groups"]]
+    assert sorted(groups, key=lambda g: g["name"]) == sorted(thanos, key=lambda g: g["name"])
+    assert any(g.get("partial_response_strategy") == "abort" for g in groups)
