@@ -191,25 +191,32 @@ def rule_cost(pods: int, repeat: int, keep: Path | None) -> str:
     return "\n".join(lines)
 
 
+def ship_report(a: int, b: int) -> str:
+    with tempfile.TemporaryDirectory(prefix="genobs-bench-ship-") as tmp:
+        small, large = shipped(a, Path(tmp) / "a"), shipped(b, Path(tmp) / "b")
+    per_pod_edge = (large[0] - small[0]) / (b - a)
+    per_pod_all = (large[1] - small[1]) / (b - a)
+    return "\n".join(
+        [
+            "# series shipped to the global backend (vLLM 0.33's exposition, specs/chat.yaml's edge rules)",
+            f"{a} pods: {small[0]} through the edge filter, {small[1]} unfiltered",
+            f"{b} pods: {large[0]} through the edge filter, {large[1]} unfiltered",
+            f"per pod: {per_pod_edge:.1f} through the edge filter, {per_pod_all:.1f} unfiltered",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ship-pods", type=int, nargs=2, default=[1, 10], metavar=("A", "B"),
                         help="the two fleet sizes whose difference gives the series per pod (default 1 10)")
     parser.add_argument("--rule-pods", type=int, default=500, help="pods of the rule-cost fleet (default 500; 0 skips)")
+    parser.add_argument("--no-ship", action="store_true", help="skip the series-shipped measurement")
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median time is reported")
     parser.add_argument("--keep", type=Path, help="keep the work files in this folder")
     args = parser.parse_args()
-    a, b = args.ship_pods
-    with tempfile.TemporaryDirectory(prefix="genobs-bench-ship-") as tmp:
-        small, large = shipped(a, Path(tmp) / "a"), shipped(b, Path(tmp) / "b")
-    per_pod_edge = (large[0] - small[0]) / (b - a)
-    per_pod_all = (large[1] - small[1]) / (b - a)
-    print("# series shipped to the global backend (vLLM 0.33's exposition, specs/chat.yaml's edge rules)")
-    print(f"{a} pods: {small[0]} through the edge filter, {small[1]} unfiltered")
-    print(f"{b} pods: {large[0]} through the edge filter, {large[1]} unfiltered")
-    print(f"per pod: {per_pod_edge:.1f} through the edge filter, {per_pod_all:.1f} unfiltered "
-          f"({per_pod_all / per_pod_edge:.0f}x fewer)" if per_pod_edge else f"per pod: 0 filtered, {per_pod_all:.1f} unfiltered")
-    sys.stdout.flush()
+    if not args.no_ship:
+        print(ship_report(*args.ship_pods), flush=True)
     if args.rule_pods:
         print(rule_cost(args.rule_pods, args.repeat, args.keep))
 
