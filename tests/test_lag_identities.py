@@ -186,6 +186,61 @@ def test_the_patterns_separate_every_two_recorded_names(chat_build):
             assert any((a in lagged) != (b in lagged) for lagged in patterns.values()), (a, b)
 
 
+# The layout genobs had before: errors from the requests rule recorded just before them.
+CHAINED = {
+    "prometheus/chained.rules.yaml": yaml.safe_dump(
+        {
+            "groups": [
+                {
+                    "name": "chained",
+                    "interval": "30s",
+                    "rules": [
+                        {
+                            "record": "genobs:ttft_seconds:bucket_rate5m",
+                            "expr": "sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m]))",
+                        },
+                        {
+                            "record": "genobs:slo_requests:rate5m",
+                            "expr": 'sum(genobs:ttft_seconds:bucket_rate5m{le="+Inf"})',
+                        },
+                        {
+                            "record": "genobs:slo_errors:rate5m",
+                            "expr": 'genobs:slo_requests:rate5m - sum(genobs:ttft_seconds:bucket_rate5m{le=~"1(\\\\.0+)?"})',
+                        },
+                        {
+                            "record": "genobs:slo_burn_rate:rate5m",
+                            "expr": "genobs:slo_errors:rate5m / genobs:slo_requests:rate5m / 0.01",
+                        },
+                    ],
+                }
+            ]
+        }
+    ).encode()
+}
+
+
+@pytest.mark.parametrize(("lagged", "holds"), [((), True), (("genobs:slo_requests:rate5m",), False)])
+def test_the_lag_model_catches_rules_chained_on_separately_recorded_series(
+    lagged: tuple[str, ...], holds: bool, tmp_path: Path, promtool: str
+):
+    """The check is not vacuous: errors recorded as the requests rule minus good events break
+    once the requests are read one evaluation late (a healthy fleet burns more or less than 0),
+    and hold on Prometheus' in-order evaluation."""
+    spec = yaml.safe_load(CHAT.read_text())
+    prom = _write_rules(CHAINED, tmp_path, set(lagged))
+    rule_files, groups, _, _ = rule_groups(prom)
+    bad = "genobs:slo_burn_rate:rate5m < -1e-6 or genobs:slo_burn_rate:rate5m > 100 + 1e-6"
+    tests = [{"expr": bad, "eval_time": f"{m}m", "exp_samples": []} for m in range(6, DURATION + 1)]
+    # while healthy (every first token within 1 s) the burn is exactly 0
+    not_zero = "abs(genobs:slo_burn_rate:rate5m) > 1e-6"
+    tests += [{"expr": not_zero, "eval_time": f"{m}m", "exp_samples": []} for m in range(6, OUTAGE_FROM)]
+    tests.append(
+        {"expr": "count(genobs:slo_burn_rate:rate5m) > bool 0", "eval_time": "30m", "exp_samples": [{"value": 1}]}
+    )
+    proc = promtool_expr_tests(promtool, rule_files, groups, _fleet(spec), tests, tmp_path / "chained_test.json")
+    assert (proc.returncode == 0) == holds, (proc.stdout + proc.stderr)[-3000:]
+
+
 # --- every example spec: the bounds, under every lag pattern ------------------------------------
 
 SPECS = sorted(
