@@ -123,11 +123,14 @@ def openmetrics(pods: int, start: int, steps: int, origin: int | None = None) ->
     stamps = [start + i * SCRAPE_SECONDS for i in range(steps)]
     offsets = [t - (start if origin is None else origin) for t in stamps]
 
+    ends = [f" {t}\n" for t in stamps]
+    gauge_ends = "".join(ends)
+
     def block(name: str, labels: dict[str, str], kind: str, value: float) -> str:
         text = name + _labels(labels)
         if kind == "counter":
-            return "".join(f"{text} {round(value * o, 3)} {t}\n" for o, t in zip(offsets, stamps))
-        return "".join(f"{text} {value} {t}\n" for t in stamps)
+            return "".join([f"{text} {round(value * o, 3)}{e}" for o, e in zip(offsets, ends)])
+        return f"{text} {value}" + f"{text} {value}".join(gauge_ends.splitlines(keepends=True))
 
     yield "# TYPE up gauge\n"
     for pod in range(pods):
