@@ -22,6 +22,7 @@ class Output:
     spec_file: str
     files: dict[str, bytes]
     warnings: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()  # what the engine cannot observe (printed as notes)
     # the data behind the YAML rule and test files (same keys as `files`): the check stage
     # splits the tests from it instead of parsing the bytes back. render_all empties it once
     # `on_output` has seen it (several times the size of the bytes, for a large spec)
@@ -57,6 +58,7 @@ def freeze_imports() -> None:
     import grafanalib.core  # noqa: F401
     import jinja2  # noqa: F401
 
+    import genobs.compiler  # noqa: F401
     import genobs.plan  # noqa: F401
     import genobs.render.dashboard  # noqa: F401
     import genobs.render.rules  # noqa: F401
@@ -69,7 +71,7 @@ def freeze_imports() -> None:
 def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
     """Everything a spec compiles to, in memory. Raises SpecError. `kubernetes`:
     True adds kubernetes/ whatever the spec says; None follows `kubernetes.enabled`."""
-    from genobs.plan import load_plan
+    from genobs.compiler import load_plan
     from genobs.render.dashboard import render_dashboard
     from genobs.render.rules import render_rule_files
     from genobs.render.runbook import render_runbook
@@ -96,7 +98,7 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
 
             for rel, data in autoscaling_files(doc.spec, lambda d: dump_yaml(d, plan.name)).items():
                 files[f"kubernetes/{rel}"] = data
-    return Output(plan.name, str(path), files, plan.warnings, documents)
+    return Output(plan.name, str(path), files, plan.warnings, plan.capabilities, documents)
 
 
 def render_all(

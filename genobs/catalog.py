@@ -47,8 +47,10 @@ class MetricDef:
     buckets: tuple[tuple[Version, Version | None, tuple[float, ...]], ...]
     labels: tuple[str, ...]
     process: bool
-    label_values: tuple[tuple[str, tuple[str, ...]], ...] = ()  # values vLLM exports for extra labels
-    engine_label: bool = True  # carries engine="<rank>" on versions that have it
+    label_values: tuple[tuple[str, tuple[str, ...]], ...] = ()  # values the engine exports for extra labels
+    engine_label: bool = True  # carries the rank label (vLLM engine="<rank>") on versions that have it
+    matchers: tuple[tuple[str, str, str], ...] = ()  # fixed matchers: one counter read as two signals
+    capability: str = "exact"  # exact | approx: a related series with other semantics
     # version -> wire name: a build asks tens of thousands of times for a few dozen names
     _names: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -99,12 +101,35 @@ class Catalog:
     completion_handlers: tuple[str, ...] = ()  # HTTP handlers of the generation endpoints
     # from this release the failed-transfer counter also counts failed notifications
     nixl_failures_include_notifications_since: Version = (0, 33, 0)
+    display_name: str = "vLLM"
+    rank_label: str | None = "engine"  # the label of one engine (data-parallel rank) of a replica
+    rank_labels_summed: tuple[str, ...] = ("engine",)  # labels every query aggregates away
+    # signal (signals.yaml vocabulary) -> why this engine cannot back its alerts
+    not_observable: tuple[tuple[str, str], ...] = ()
+    # signal -> how the series genobs reads differs from the signal's meaning
+    approximate: tuple[tuple[str, str], ...] = ()
+    bucket_flags: tuple[tuple[str, str], ...] = ()  # histogram key -> the engine flag that sets its buckets
+
+    def release(self, v: Version) -> str:
+        """'SGLang 0.5.23': the engine and release in messages."""
+        return f"{self.display_name} {format_version(v)}"
+
+    def missing_reason(self, signal: str) -> str | None:
+        return dict(self.not_observable).get(signal)
+
+    def caveat(self, signal: str) -> str | None:
+        return dict(self.approximate).get(signal)
+
+    def has_rank_label(self, v: Version) -> bool:
+        return self.rank_label is not None and v >= self.engine_label_since
 
     def metric(self, key: str) -> MetricDef:
         return self.metrics[key]
 
     def name(self, key: str, v: Version) -> str | None:
-        return self.metrics[key].name_for(v)
+        """The wire name of `key` in release `v`; None where the release or the engine has none."""
+        metric = self.metrics.get(key)
+        return metric.name_for(v) if metric is not None else None
 
     def reasons_for(self, v: Version) -> tuple[str, ...]:
         return tuple(r for r, since in self.finished_reasons if since <= v)
@@ -149,21 +174,36 @@ def _build(raw: dict) -> Catalog:
             process=bool(m.get("process", False)),
             engine_label=bool(m.get("engine_label", True)),
             label_values=tuple((k, tuple(str(x) for x in v)) for k, v in m.get("label_values", {}).items()),
+            matchers=tuple((str(a), str(b), str(c)) for a, b, c in m.get("matchers", [])),
+            capability=str(m.get("capability", "exact")),
         )
     sv = raw["supported_versions"]
+    never = (10**6, 0, 0)  # an engine without the rank label, or without the feature
+    rank_label = raw.get("rank_label", "engine")
     return Catalog(
         engine=raw["engine"],
         min_version=parse_version(sv["min"]),
         max_version=parse_version(sv["max"]),
-        engine_label_since=parse_version(raw["engine_label_since"]),
-        custom_buckets_since=parse_version(raw["custom_buckets_since"]),
+        engine_label_since=_opt_version(raw.get("engine_label_since")) or never,
+        custom_buckets_since=_opt_version(raw.get("custom_buckets_since")) or never,
         per_request_tpot_since=parse_version(raw["per_request_tpot_since"]),
-        created_series_since=parse_version(raw["created_series_since"]),
+        created_series_since=_opt_version(raw.get("created_series_since")) or never,
         finished_reasons=tuple((r["value"], parse_version(r["since"])) for r in raw["finished_reasons"]),
         metrics=metrics,
         completion_handlers=tuple(raw.get("completion_handlers", ())),
-        nixl_failures_include_notifications_since=parse_version(raw["nixl_failures_include_notifications_since"]),
+        nixl_failures_include_notifications_since=(
+            _opt_version(raw.get("nixl_failures_include_notifications_since")) or (0, 0, 0)
+        ),
+        display_name=raw.get("display_name", raw["engine"]),
+        rank_label=rank_label,
+        rank_labels_summed=tuple(raw.get("rank_labels_summed", [rank_label] if rank_label else [])),
+        not_observable=tuple((k, " ".join(str(v).split())) for k, v in raw.get("not_observable", {}).items()),
+        approximate=tuple((k, " ".join(str(v).split())) for k, v in raw.get("approximate", {}).items()),
+        bucket_flags=tuple(raw.get("bucket_flags", {}).items()),
     )
+
+
+ENGINES = ("vllm", "sglang")  # one profile file per engine: genobs/data/<engine>.yaml
 
 
 @functools.cache

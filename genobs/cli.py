@@ -183,6 +183,8 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
             click.echo("no specs found", err=True)
             sys.exit(2)
         for out in outputs:
+            for line in out.capabilities:
+                click.echo(printable(f"{out.spec_file}: note: {line}"), err=True)
             for warning in out.warnings:
                 click.echo(printable(f"{out.spec_file}: warning: {warning}"), err=True)
         kept = ", ".join(f"{output / o.name}/" for o in outputs)

@@ -11,7 +11,8 @@ import yaml
 from fleet_series import Fleet
 from scenario_runner import build, promtool_expr_tests, rule_groups
 
-from genobs.plan import load_plan
+from genobs.catalog import load_catalog
+from genobs.compiler import load_plan
 from tests.conftest import REPO, SPECS
 
 # alerts on engine series: their confirm queries must keep `engine` (vLLM >= 0.8.3)
@@ -68,10 +69,11 @@ def test_every_replica_level_alert_has_confirm_queries_by_instance(path):
             promql_parser.parse(expr)
             # that each returns one series per instance is proven on a fleet below
             assert "per instance" in caption, (e.alert, caption)
-            if e.alert in ENGINE_SERIES:
+            rank = load_catalog(plan.engine).rank_label  # SGLang: the replica is the unit (no shared rank label)
+            if e.alert in ENGINE_SERIES and rank is not None:
                 # the outermost aggregation keeps both: which replica, which data-parallel rank
-                assert all({"instance", "engine"} <= set(g) for g in groupings(expr)), (e.alert, expr)
-                assert caption.endswith("per instance and engine"), caption
+                assert all({"instance", rank} <= set(g) for g in groupings(expr)), (e.alert, expr)
+                assert caption.endswith(f"per instance and {rank}"), caption
         assert f"{e.confirm[0][0]}:" in (REPO / "out" / plan.name / "RUNBOOK.md").read_text()
 
 

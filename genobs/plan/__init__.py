@@ -4,7 +4,7 @@ that the engine version supports what the spec asks for."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from genobs import naming
 from genobs import promql as q
@@ -14,12 +14,14 @@ from genobs.loader import SpecDocument, sort_problems
 from genobs.plan import capacity, links, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
+from genobs.plan.capacity import CapacityPlan
 from genobs.plan.confirm import confirm_queries
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row, threshold_steps
 from genobs.plan.groups import panels_interval, split_recording
 from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry
+from genobs.plan.recorder import Recorder
 from genobs.plan.recording import build_recording
 from genobs.units import format_seconds, prom_duration_seconds
 
@@ -47,7 +49,9 @@ def _other_version(doc: SpecDocument, catalog, version, problems: list[Problem])
         return None
     if not catalog.min_version <= other <= catalog.max_version:
         known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
-        problems.append(doc.problem(where, f"vLLM {text} is outside the versions genobs knows ({known})"))
+        problems.append(
+            doc.problem(where, f"{catalog.display_name} {text} is outside the versions genobs knows ({known})")
+        )
         return None
     if other == version:
         problems.append(doc.problem(where, f"is engine_version itself ({format_version(version)}); name the other release"))
@@ -69,7 +73,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
             problems.append(
                 doc.problem(
                     ("service", "engine_version"),
-                    f"vLLM {spec.service.engine_version} is outside the versions genobs knows "
+                    f"{catalog.display_name} {spec.service.engine_version} is outside the versions genobs knows "
                     f"({format_version(catalog.min_version)} to {format_version(catalog.max_version)})",
                 )
             )
@@ -151,7 +155,16 @@ def _primary(signal: str) -> str:
 
 
 def _runbook(alerts: list[AlertRule], ctx: Context, rec) -> tuple[RunbookEntry, ...]:
-    return runbook_entries(alerts, signal_data(), lambda alert: confirm_queries(ctx, rec, alert))
+    entries = runbook_entries(alerts, signal_data(), lambda alert: confirm_queries(ctx, rec, alert))
+    return tuple(_with_caveat(e, ctx) for e in entries)
+
+
+def _with_caveat(entry: RunbookEntry, ctx: Context) -> RunbookEntry:
+    """A signal the engine gives only approximately says so in its runbook section."""
+    how = ctx.catalog.caveat(entry.signal)
+    if how is None:
+        return entry
+    return replace(entry, meaning=f"{entry.meaning} Approximation on {ctx.release}: {how}.")
 
 
 def _raw_metrics(
@@ -174,7 +187,7 @@ def _raw_metrics(
         for rule in g.rules:
             for name in q.metric_names(rule.expr) - recorded:
                 if name not in known:
-                    raise AssertionError(f"{name} in {rule.expr} is not exported by vLLM {ctx.version_text}")
+                    raise AssertionError(f"{name} in {rule.expr} is not exported by {ctx.release}")
                 raw.add(name)
     return frozenset(raw)
 
@@ -198,6 +211,8 @@ def _unreachable(ctx: Context, alerts: list[AlertRule]) -> list[str]:
 def _feature_notes(ctx: Context, rec) -> list[str]:
     """Features the version supports only in part."""
     out = []
+    if ctx.catalog.missing_reason("spec_decode_acceptance") is not None:
+        return out  # said in the capability lines
     if "speculative_decoding" in ctx.features and "spec_alpha" not in rec.names:
         out.append(
             f"VllmSpecDecodeAcceptanceLow is not generated: vLLM {ctx.version_text} exports no per-position "
@@ -239,9 +254,52 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
     report = lambda path, msg: problems.append(doc.problem(path, msg))  # noqa: E731
     resolved = resolve(spec.use_case, overrides, report)
     if ctx is not None:
+        _check_observable(ctx, overrides, report)
+        resolved = [a for a in resolved if ctx.catalog.missing_reason(a.signal) is None]
         slo.validate(doc, ctx, report)
         capacity.validate(doc, ctx, report)
     return ctx, resolved, problems
+
+
+def _check_observable(ctx: Context, overrides: dict[str, dict], report) -> None:
+    """An alert the spec asks for on a signal the engine cannot observe is an error, never a
+    rule that can never fire (`enabled: false` is fine: it asks for nothing)."""
+    for signal, layer in overrides.items():
+        why = ctx.catalog.missing_reason(signal)
+        if why is not None and layer.get("enabled", True) is not False:
+            report(
+                ("alerts", signal),
+                f"{signal} is not observable on {ctx.release}: {why}; remove alerts.{signal} "
+                "(genobs cannot back an alert on it)",
+            )
+
+
+# signals whose alerts exist only with a feature on
+_SIGNAL_FEATURE = {
+    "nixl_transfer": "disaggregated_prefill",
+    "nixl_failures": "disaggregated_prefill",
+    "nixl_kv_expiry": "disaggregated_prefill",
+    "spec_decode_acceptance": "speculative_decoding",
+}
+
+
+def capability_lines(ctx: Context, preset: str) -> list[str]:
+    """One line per signal the engine cannot observe that the use case would alert on, and per
+    signal read through an approximation: what build prints and explain says."""
+    data = signal_data()
+    wanted = {
+        a.signal
+        for a in resolve(preset, {}, lambda path, msg: None)
+        if _SIGNAL_FEATURE.get(a.signal, "") in ("", *ctx.features)
+    }
+    out = []
+    for signal, why in ctx.catalog.not_observable:
+        if signal in wanted:
+            out.append(f"{data['signals'][signal]['title']} ({signal}) is not observable on {ctx.release}: {why}")
+    for signal, how in ctx.catalog.approximate:
+        if signal in wanted:
+            out.append(f"{data['signals'][signal]['title']} ({signal}) is an approximation on {ctx.release}: {how}")
+    return out
 
 
 def plan_problems(error: SpecError) -> SpecError:
@@ -253,17 +311,6 @@ def plan_problems(error: SpecError) -> SpecError:
     where = {(p.line, p.column, p.field) for p in error.problems}
     extra = [p for p in _checked(partial)[2] if (p.line, p.column, p.field) not in where]
     return SpecError(sort_problems([*error.problems, *extra])) if extra else error
-
-
-def load_plan(path=None, *, text: str | None = None, file: str = "<spec>") -> tuple[SpecDocument, Plan]:
-    """load then plan a spec file (or `text`); a SpecError lists every problem of both stages."""
-    from genobs.loader import load_spec, load_spec_text
-
-    try:
-        doc = load_spec(path) if text is None else load_spec_text(text, file)
-    except SpecError as exc:
-        raise plan_problems(exc) from None
-    return doc, build_plan(doc)
 
 
 def _absolute(url: str) -> bool:
@@ -299,7 +346,20 @@ def _policy_notes(resolved) -> list[str]:
     ]
 
 
-def build_plan(doc: SpecDocument) -> Plan:
+@dataclass(frozen=True)
+class Assembly:
+    """The plan stage's product: the Plan without its unit tests, and what the `testgen`
+    stage generates them from (genobs.compiler runs both)."""
+
+    plan: Plan
+    ctx: Context
+    rec: Recorder
+    tested: tuple[RuleGroup, ...]  # the groups the alert tests load (all but the capacity group)
+    cap: CapacityPlan | None
+    cap_group: RuleGroup | None
+
+
+def assemble(doc: SpecDocument) -> Assembly:
     spec = doc.spec
     ctx, resolved, problems = _checked(doc)
     if problems or ctx is None:
@@ -323,13 +383,13 @@ def build_plan(doc: SpecDocument) -> Plan:
         interval = slo.long_interval(spec.evaluation_interval)
         groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, slos.long_rules),)
     preset = preset_data()[spec.use_case]
-    title = spec.dashboard.title or f"vLLM - {spec.name}"
+    title = spec.dashboard.title or f"{ctx.catalog.display_name} - {spec.name}"
     dashboard = Dashboard(
         title=title,
         uid=spec.dashboard.uid or naming.dashboard_uid(spec.name),
         folder=spec.dashboard.folder or "LLM serving",
         refresh=spec.dashboard.refresh,
-        tags=("genobs", "vllm", spec.use_case),
+        tags=("genobs", spec.service.engine, spec.use_case),
         variables=build_variables(ctx, rec),
         rows=_with_lead(_with_capacity(slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset),
         runbook_url=base_url if _absolute(base_url) else None,
@@ -342,15 +402,10 @@ def build_plan(doc: SpecDocument) -> Plan:
     groups = tuple(replace(g, rules=links.with_dashboard_urls(g.rules, grafana, dashboard)) for g in groups)
     if cap is not None:
         cap = replace(cap, rules=links.with_dashboard_urls(cap.rules, grafana, dashboard))
-    # the next stage, imported here so genobs.testgen can use plan modules without a cycle
-    from genobs.testgen.unittests import build_unit_tests
-
-    unit_tests, notes = build_unit_tests(ctx, rec, groups, spec.name)
+    tested = groups
+    cap_group = None
     if cap is not None:
-        from genobs.plan.capacity_tests import build_capacity_tests
-
         cap_group = RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules)
-        unit_tests += build_capacity_tests(ctx, cap, groups[0], cap_group, spec.name)
         groups += (cap_group,)
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
     raw = _raw_metrics(groups, ctx, recorded, cap.known if cap else frozenset())
@@ -371,15 +426,16 @@ def build_plan(doc: SpecDocument) -> Plan:
         dashboard=dashboard,
         runbook=_runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
         slo_runbook=slos.runbook,
-        unit_tests=unit_tests,
         warnings=tuple(_runbook_notes(base_url))
         + tuple(_policy_notes(resolved))
         + tuple(_unreachable(ctx, alerts))
-        + tuple(_feature_notes(ctx, rec))
-        + tuple(notes),
+        + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
+        capabilities=tuple(capability_lines(ctx, spec.use_case)),
+        engine_release=ctx.release,
     )
-    return replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
+    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
+    return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)
 
 
-__all__ = ["build_plan", "load_plan", "plan_problems"]
+__all__ = ["Assembly", "assemble", "plan_problems"]

@@ -13,7 +13,8 @@ from genobs import promql as q
 from genobs.plan import liveness
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RunbookEntry, Severity
-from genobs.plan.recording import Recorder, peer_group
+from genobs.plan.recorder import Recorder
+from genobs.plan.recording import peer_group
 from genobs.units import format_percent, format_seconds, parse_number, parse_ratio, parse_seconds
 
 SEVERITIES = ("critical", "warning", "info")
@@ -320,6 +321,8 @@ class AlertBuilder:
         }
         if a.name in ratios:
             key, panel = ratios[a.name]
+            if key not in r.names:
+                return None  # the engine has no finish reasons (see the plan's capability lines)
             series = r.ref(key)
             return f"{series} {op} {t} {self._traffic_gate()}", series, panel
         nixl = {
@@ -392,6 +395,9 @@ class AlertBuilder:
                 description = a.description.format(
                     value=value, threshold=threshold_text, instance="{{ $labels.instance }}"
                 )
+                caveat = self.ctx.catalog.caveat(a.signal)
+                if caveat is not None:
+                    description += f" Approximation on {self.ctx.release}: {caveat}."
                 if a.signal == "rss_growth" or a.name == "VllmMetricsFrozen":
                     description = f"{process_text}: {description}"
                 elif a.name == "VllmServingCapacityLost":

@@ -4,7 +4,7 @@ A checkpoint or config rollout shows on every panel as a mark, so a before/after
 (`genobs compare --baseline-time … --candidate-time …`) can pick its ranges from the
 dashboard. Both read series the engine exports itself, so no deploy pipeline has to push
 annotations: process_start_time_seconds changes when the API server restarts, and
-vllm:cache_config_info gets a new label set (a new series) when an engine starts with
+the engine's cache-config info gauge gets a new label set (a new series) when an engine starts with
 another KV-cache config (block size, gpu_memory_utilization, num_gpu_blocks, ...).
 """
 

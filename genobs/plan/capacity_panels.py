@@ -25,6 +25,11 @@ class _Sel:
         return " ".join([*parts, text])
 
 
+def _wire(ctx: Context, key: str) -> str:
+    """The engine's own name of a signal, as its profile writes it (panel descriptions)."""
+    return ctx.catalog.name(key, ctx.version) or key
+
+
 def goodput_row(ctx: Context, names: dict[str, str], objective: float | None, eff_line: float | None) -> Row | None:
     s = _Sel(ctx, names)
     panels: list[Panel] = []
@@ -147,9 +152,9 @@ def headroom_row(ctx: Context, names: dict[str, str], max_num_seqs: int | None, 
     if "kv_pool" in names:
         panels.append(
             Panel(
-                "KV pool (vllm:cache_config_info)",
+                f"KV pool ({_wire(ctx, 'cache_config_info')})",
                 "KV blocks the engines allocated (num_gpu_blocks, block_size tokens each) and the VRAM share reserved "
-                "(gpu_memory_utilization), as labels of vllm:cache_config_info: free blocks = (1 - KV usage) x "
+                f"(gpu_memory_utilization), as labels of {_wire(ctx, 'cache_config_info')}: free blocks = (1 - KV usage) x "
                 "num_gpu_blocks. PromQL cannot turn a label into a number; some releases report num_gpu_blocks as None.",
                 "short",
                 (
@@ -206,7 +211,7 @@ def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
             ),
             Panel(
                 "Waiting requests per pod",
-                "vllm:num_requests_waiting summed over each pod's engines: the queue the saturation alert pairs "
+                f"{_wire(ctx, 'requests_waiting')} summed over each pod's engines: the queue the saturation alert pairs "
                 "with the same pod's GPU utilisation.",
                 "short",
                 (Target(s("waiting_pod"), s.legend("{{pod}}")),),

@@ -14,7 +14,7 @@ from genobs.plan import liveness
 from genobs.plan.context import Context
 
 if TYPE_CHECKING:
-    from genobs.plan.recording import Recorder
+    from genobs.plan.recorder import Recorder
 
 Query = tuple[str, str]  # (what it shows, PromQL)
 
@@ -30,13 +30,14 @@ _LATENCY = {
 def replica_labels(ctx: Context, key: str) -> tuple[str, ...]:
     """The spec's grouping labels, `instance`, and `engine` where the series carries it."""
     labels = liveness.replica_labels(ctx)
-    if ctx.version >= ctx.catalog.engine_label_since and ctx.catalog.metric(key).engine_label:
-        labels = (*labels, "engine")
+    if ctx.rank_label and ctx.catalog.metric(key).engine_label:
+        labels = (*labels, ctx.rank_label)
     return labels
 
 
-def _where(labels: tuple[str, ...]) -> str:
-    return "per instance and engine" if "engine" in labels else "per instance"
+def _where(ctx: Context, labels: tuple[str, ...]) -> str:
+    rank = ctx.rank_label
+    return f"per instance and {rank}" if rank is not None and rank in labels else "per instance"
 
 
 def _rate(ctx: Context, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
@@ -44,10 +45,14 @@ def _rate(ctx: Context, key: str, suffix: str = "", extra: tuple[q.Matcher, ...]
 
 
 def _finish_share(ctx: Context, reasons: tuple[str, ...], what: str) -> Query:
+    if not ctx.has("request_success"):  # no finish reasons: aborted per finished request (SGLang)
+        labels = replica_labels(ctx, "requests_aborted")
+        part, total = _rate(ctx, "requests_aborted"), _rate(ctx, "requests_finished")
+        return f"{what} {_where(ctx, labels)}", q.ratio(f"{part} or {total} * 0", total)
     labels = replica_labels(ctx, "request_success")
     part = _rate(ctx, "request_success", extra=(("finished_reason", "=~", q.any_of(reasons)),))
     total = _rate(ctx, "request_success")
-    return f"{what} {_where(labels)}", q.ratio(f"{part} or {total} * 0", total)
+    return f"{what} {_where(ctx, labels)}", q.ratio(f"{part} or {total} * 0", total)
 
 
 def _success(ctx: Context) -> list[Query]:
@@ -61,7 +66,7 @@ def _success(ctx: Context) -> list[Query]:
         out.append(("HTTP 5xx answers per second per instance", q.sum_by(ctx.process_group, q.rate(http, ctx.window))))
     if ctx.has("admission_rejections"):
         labels = replica_labels(ctx, "admission_rejections")
-        out.append((f"admission rejections per second {_where(labels)}", _rate(ctx, "admission_rejections")))
+        out.append((f"admission rejections per second {_where(ctx, labels)}", _rate(ctx, "admission_rejections")))
     return out
 
 
@@ -73,12 +78,12 @@ def _speed(ctx: Context) -> Query:
         labels = replica_labels(ctx, "generation_length")
         decoded = f"{_rate(ctx, 'generation_length', '_sum')} - {_rate(ctx, 'generation_length', '_count')}"
         expr = q.ratio(decoded, _rate(ctx, "decode_time", "_sum"))
-    return f"output tok/s per user {_where(labels)}", expr
+    return f"output tok/s per user {_where(ctx, labels)}", expr
 
 
 def _gauge(ctx: Context, key: str, op: str, what: str, raw: str | None = None) -> Query:
     labels = replica_labels(ctx, key)
-    return f"{what} {_where(labels)}", f"{op} {q.by(labels)} ({raw or ctx.raw(key)})"
+    return f"{what} {_where(ctx, labels)}", f"{op} {q.by(labels)} ({raw or ctx.raw(key)})"
 
 
 def _waiting(ctx: Context) -> Query:
@@ -96,7 +101,7 @@ def _nixl_failed(ctx: Context) -> Query:
     if ctx.version < ctx.catalog.nixl_failures_include_notifications_since:
         failed = f"{failed} + {_rate(ctx, 'nixl_failed_notifications')}"
     attempted = f"{_rate(ctx, 'nixl_xfer_time', '_count')} + {failed}"
-    return f"share of failed NIXL transfers {_where(labels)}", q.ratio(failed, attempted)
+    return f"share of failed NIXL transfers {_where(ctx, labels)}", q.ratio(failed, attempted)
 
 
 def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...]:
@@ -105,7 +110,7 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
     if alert in _LATENCY:
         key, what = _LATENCY[alert]
         labels = replica_labels(ctx, key)
-        return ((f"{what} {_where(labels)}", q.quantile(0.99, labels, ctx.rate(key, "_bucket"))),)
+        return ((f"{what} {_where(ctx, labels)}", q.quantile(0.99, labels, ctx.rate(key, "_bucket"))),)
     if alert == "VllmLengthFinishRatioHigh":
         return (_finish_share(ctx, ("length",), "share of length finishes"),)
     if alert == "VllmAbortRatioHigh":
@@ -120,12 +125,12 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
     if alert == "VllmPreemptionsSustained":
         labels = replica_labels(ctx, "preemptions")
         # every pool finishes requests (prefill legs too): per replica, all of them count
-        finished = q.sum_by(labels, q.rate(ctx.raw("request_success", all_roles=True), ctx.window))
-        return ((f"preemptions per finished request {_where(labels)}", q.ratio(_rate(ctx, "preemptions"), finished)),)
+        finished = q.sum_by(labels, q.rate(ctx.raw(ctx.finished_key, all_roles=True), ctx.window))
+        return ((f"preemptions per finished request {_where(ctx, labels)}", q.ratio(_rate(ctx, "preemptions"), finished)),)
     if alert == "VllmOutputTokensCollapsed":
         labels = replica_labels(ctx, "generation_length")
         mean = q.ratio(_rate(ctx, "generation_length", "_sum"), _rate(ctx, "generation_length", "_count"))
-        return ((f"output tokens per finished request {_where(labels)}", mean),)
+        return ((f"output tokens per finished request {_where(ctx, labels)}", mean),)
     if alert == "VllmRequestsWaitingHigh":
         return (_waiting(ctx),)
     if alert == "VllmReplicaQueueOutlier":
@@ -134,20 +139,20 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         labels = replica_labels(ctx, "ttft")
         mean = q.ratio(_rate(ctx, "ttft", "_sum"), _rate(ctx, "ttft", "_count"))
         return (
-            (f"mean TTFT {_where(labels)}", mean),
-            (f"TTFT p99 {_where(labels)}", q.quantile(0.99, labels, ctx.rate("ttft", "_bucket"))),
+            (f"mean TTFT {_where(ctx, labels)}", mean),
+            (f"TTFT p99 {_where(ctx, labels)}", q.quantile(0.99, labels, ctx.rate("ttft", "_bucket"))),
         )
     if alert == "VllmOutputSpeedPerUserLow":
         return (_speed(ctx),)
     if alert == "VllmSpecDecodeAcceptanceLow":
         labels = replica_labels(ctx, "spec_decode_drafts")
         first = _rate(ctx, "spec_decode_accepted_per_pos", extra=(("position", "=", "0"),))
-        return ((f"acceptance alpha {_where(labels)}", q.ratio(first, _rate(ctx, "spec_decode_drafts"))),)
+        return ((f"acceptance alpha {_where(ctx, labels)}", q.ratio(first, _rate(ctx, "spec_decode_drafts"))),)
     if alert == "VllmNixlTransfersFailing":
         return (_nixl_failed(ctx),)
     if alert == "VllmNixlKvExpired":  # counted on the prefill pods
         labels = replica_labels(ctx, "nixl_kv_expired")
-        return ((f"expired KV leases per second {_where(labels)}", _rate(ctx, "nixl_kv_expired")),)
+        return ((f"expired KV leases per second {_where(ctx, labels)}", _rate(ctx, "nixl_kv_expired")),)
     if alert == "VllmApiServerRssGrowing":
         rss = r.ref("process_rss")
         return (("resident memory growth per hour per instance", f"deriv({rss}[30m]) * 3600 / {rss}"),)
@@ -163,7 +168,8 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         out: list[Query] = []
         if alert == "VllmMetricsFrozen" and "process_http_ok" in r.names:
             out.append(("completions answered with 2xx per second per instance", r.ref("process_http_ok")))
-        out.append(("requests running or waiting per instance and engine", r.ref("engine_active")))
-        out.append(("tokens generated + requests finished per second per instance and engine", r.ref("engine_progress")))
+        where = _where(ctx, liveness.engine_labels(ctx))
+        out.append((f"requests running or waiting {where}", r.ref("engine_active")))
+        out.append((f"tokens generated + requests finished per second {where}", r.ref("engine_progress")))
         return tuple(out)
     return ()

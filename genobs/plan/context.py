@@ -11,7 +11,9 @@ from genobs.catalog import Catalog, Version, format_version
 
 # What a user sees of a request lives on the decode pool of a disaggregated fleet: prefill
 # legs run with max_tokens=1 (finish `length`) and would count every request twice.
-USER_FACING = frozenset({"request_success", "ttft", "itl", "tpot", "e2e", "generation_length", "decode_time"})
+USER_FACING = frozenset(
+    {"request_success", "requests_finished", "ttft", "itl", "tpot", "e2e", "generation_length", "decode_time"}
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,11 @@ class Context:
     def version_text(self) -> str:
         return format_version(self.version)
 
+    @property
+    def release(self) -> str:
+        """'vLLM 0.33.0', 'SGLang 0.5.23': the engine and its release, for messages."""
+        return self.catalog.release(self.version)
+
     def has(self, key: str) -> bool:
         return self.catalog.name(key, self.version) is not None
 
@@ -44,6 +51,17 @@ class Context:
             raise KeyError(f"{key} does not exist in {self.catalog.engine} {self.version_text}")
         name += suffix
         return name.replace(":", "_") if self.dialect == "underscore" else name
+
+    @property
+    def finished_key(self) -> str:
+        """The counter of finished requests: by finish reason where the engine has one (vLLM,
+        TensorRT-LLM), else its plain count (SGLang)."""
+        return "request_success" if self.has("request_success") else "requests_finished"
+
+    @property
+    def rank_label(self) -> str | None:
+        """The label of one engine (data-parallel rank) of a replica, where the release has one."""
+        return self.catalog.rank_label if self.catalog.has_rank_label(self.version) else None
 
     def is_process(self, key: str) -> bool:
         return self.catalog.metric(key).process
@@ -104,7 +122,7 @@ class Context:
     def _selectors(self, key: str, suffix: str, extra: tuple[q.Matcher, ...], all_roles: bool, models: bool) -> list[str]:
         if key in USER_FACING and not all_roles and not any(m[0] == (self.roles or ("",))[0] for m in extra):
             extra = self.role("decode") + extra
-        matchers = self.raw_matchers(self.is_process(key), models) + extra
+        matchers = self.raw_matchers(self.is_process(key), models) + self.catalog.metric(key).matchers + extra
         names = [self.metric(key, suffix)]
         other = self.renamed(key)
         if other is not None:

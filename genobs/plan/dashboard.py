@@ -3,12 +3,17 @@ descriptions; per-user panels stand apart from system panels."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.model import Panel, Row, Target, Variable
-from genobs.plan.recording import QUANTILES, Recorder
+from genobs.plan.recorder import Recorder
+from genobs.plan.recording import QUANTILES
 
 _COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
+# the query of a recorded series the engine cannot give (no such signal in its profile)
+_MISSING = "__not_observable__"
 
 
 def threshold_steps(levels, bad: str) -> tuple[tuple[str, float | None], ...]:
@@ -36,6 +41,8 @@ class PanelMaker:
 
     def sel(self, key: str, extra: tuple = ()) -> str:
         """Recorded series filtered by the dashboard variables."""
+        if key not in self.rec.names:
+            return _MISSING  # the panel says so (not_observable), never queries a series that cannot exist
         matchers = self.ctx.panel_matchers(process=key.startswith("process"))
         return q.selector(self.rec.names[key], matchers + extra)
 
@@ -360,7 +367,25 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
             collapsed=True,  # one series per target (per generation for GC)
         )
     )
-    return tuple(rows)
+    return tuple(not_observable(row, ctx) for row in rows)
+
+
+def not_observable(row: Row, ctx: Context) -> Row:
+    """Queries of signals the engine cannot give are dropped; a panel left without any says
+    "not observable on <engine> <version>" instead of showing an empty graph."""
+    panels = []
+    for panel in row.panels:
+        targets = tuple(t for t in panel.targets if _MISSING not in t.expr)
+        if len(targets) == len(panel.targets):
+            panels.append(panel)
+            continue
+        if not targets:
+            title = f"{panel.title} (not observable on {ctx.release})"
+            description = f"Not observable on {ctx.release}: the engine exports no series for it. {panel.description}"
+            panels.append(replace(panel, title=title, description=description, targets=(), thresholds=()))
+        else:
+            panels.append(replace(panel, targets=targets))
+    return replace(row, panels=tuple(panels))
 
 
 def _pool_rows(p: PanelMaker, ctx: Context, decode_pace: tuple[Panel, ...]) -> tuple[Row, ...]:
@@ -469,7 +494,7 @@ def build_variables(ctx: Context, rec: Recorder) -> tuple[Variable, ...]:
 def lead_row(rows: tuple[Row, ...], titles: list[str], kpi: str) -> Row:
     """The first row: the use case's key panels (presets.yaml `dashboard_lead`), copied
     from their own rows so those stay complete."""
-    panels = {panel.title: panel for row in rows for panel in row.panels}
+    panels = {panel.title.split(" (not observable on ")[0]: panel for row in rows for panel in row.panels}
     missing = [t for t in titles if t not in panels]
     if missing:
         raise AssertionError(f"dashboard_lead names panels that do not exist: {missing}")

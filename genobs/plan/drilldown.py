@@ -14,7 +14,7 @@ from genobs import promql as q
 from genobs.plan import liveness
 from genobs.plan.context import Context
 from genobs.plan.model import Panel, Row, Target, Variable
-from genobs.plan.recording import Recorder
+from genobs.plan.recorder import Recorder
 
 GAUGES = (
     ("engine_kv_cache_usage", "kv_cache_usage", "engine_kv_cache_usage", "max"),
@@ -43,14 +43,10 @@ def record(r: Recorder) -> None:
         r.add(key, subject, op, f"{op} {q.by(labels)} ({sel})")
 
 
-def _has_engine(ctx: Context) -> bool:
-    return ctx.version >= ctx.catalog.engine_label_since
-
-
 def _matchers(ctx: Context, upto: str | None = None) -> tuple[q.Matcher, ...]:
     """The spec's variable matchers, then role, instance, engine up to (not including) `upto`."""
     out = list(ctx.panel_matchers())
-    chain = [x for x in (role_label(ctx), "instance", "engine" if _has_engine(ctx) else None) if x]
+    chain = [x for x in (role_label(ctx), "instance", ctx.rank_label) if x]
     for label in chain:
         if label == upto:
             break
@@ -72,15 +68,17 @@ def variables(ctx: Context, rec: Recorder) -> tuple[Variable, ...]:
             multi=False,
         )
     )
-    if _has_engine(ctx):
-        out.append(Variable("engine", f"label_values({q.selector(source, _matchers(ctx, 'engine'))}, engine)", "engine"))
+    rank = ctx.rank_label
+    if rank is not None:
+        out.append(Variable(rank, f"label_values({q.selector(source, _matchers(ctx, rank))}, {rank})", rank))
     return tuple(out)
 
 
 def row(ctx: Context, rec: Recorder) -> Row:
     sel = lambda key: q.selector(rec.names[key], _matchers(ctx))  # noqa: E731
-    replica = tuple(m for m in _matchers(ctx) if m[0] not in ("engine", role_label(ctx)))
-    per = "{{instance}} engine {{engine}}" if _has_engine(ctx) else "{{instance}}"
+    replica = tuple(m for m in _matchers(ctx) if m[0] not in (ctx.rank_label, role_label(ctx)))
+    rank = ctx.rank_label
+    per = f"{{{{instance}}}} {rank} {{{{{rank}}}}}" if rank is not None else "{{instance}}"
     return Row(
         "Replica drill-down ($instance)",
         (

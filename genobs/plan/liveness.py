@@ -6,13 +6,10 @@ hung or whose targets are down."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from genobs import promql as q
 from genobs.plan.context import Context
-
-if TYPE_CHECKING:
-    from genobs.plan.recording import Recorder
+from genobs.plan.recorder import Recorder
 
 
 def replica_labels(ctx: Context) -> tuple[str, ...]:
@@ -23,8 +20,8 @@ def replica_labels(ctx: Context) -> tuple[str, ...]:
 def engine_labels(ctx: Context) -> tuple[str, ...]:
     """One engine (data-parallel rank) of a replica: its own KV pool and scheduler queue. vLLM
     labels engine series with `engine` from 0.8.3; before, a replica has one engine."""
-    if ctx.version >= ctx.catalog.engine_label_since:
-        return (*replica_labels(ctx), "engine")
+    if ctx.rank_label is not None:
+        return (*replica_labels(ctx), ctx.rank_label)
     return replica_labels(ctx)
 
 
@@ -101,7 +98,7 @@ def record_failures(r: Recorder) -> None:
     client aborts are not failures; they have their own ratios."""
     ctx = r.ctx
     zero = f"{r.ref('finished')} * 0"
-    reasons = failed_reasons(ctx)
+    reasons = failed_reasons(ctx) if ctx.has("request_success") else ()
     parts = []
     if reasons:
         # from the recorded rate by reason: the raw counter is read once per evaluation
@@ -114,10 +111,25 @@ def record_failures(r: Recorder) -> None:
     if ctx.has("admission_rejections"):
         r.add("rejected", "requests_rejected", "rate", f"{ctx.sum_rate('admission_rejections')} or {zero}")
         parts.append(r.ref("rejected"))
+    if not parts:
+        return  # the engine counts no failures (no error finishes, no HTTP status per model)
     r.add("failed", "requests_failed", "rate", " + ".join(parts))
     attempted = " + ".join([r.ref("finished"), *parts[1 if reasons else 0 :]])
     r.add("attempted", "requests_attempted", "rate", attempted)
-    r.add("success_ratio", "request_success", "ratio", f"1 - {q.ratio(r.ref('failed'), r.ref('attempted'))}")
+    # from the inputs of failed and attempted, each read once in this rule (not from the two
+    # recorded sums, which a ruler on a remote storage may hand over from different
+    # evaluations): failures <= attempts, so the ratio stays within 0..1
+    all_reasons = q.sum_by(ctx.group, r.ref("finish_by_reason"))
+    failed_now, attempted_now = [], [all_reasons]
+    if reasons:
+        sel = r.ref("finish_by_reason", (("finished_reason", "=~", q.any_of(reasons)),))
+        failed_now.append(f"({q.sum_by(ctx.group, sel)} or {all_reasons} * 0)")
+    for key in ("http_5xx", "rejected"):
+        if key in r.names:
+            failed_now.append(r.ref(key))
+            attempted_now.append(r.ref(key))
+    ratio = q.ratio(" + ".join(failed_now), " + ".join(attempted_now))
+    r.add("success_ratio", "request_success", "ratio", f"1 - {ratio}")
     # requests over the last hour, a low-traffic model's evidence: the recorded 5m rates summed
     # over the hour's evaluations times the interval (a series younger than the hour is not
     # extrapolated to a full hour, as an average times 3600 would be)
@@ -161,7 +173,8 @@ def record_liveness(r: Recorder) -> None:
     # V0 creates a finished_reason series only once seen: no series means no finished request
     # every pool finishes requests (prefill legs as `length`): an engine's liveness reads all
     # (the zero comes from the engine's recorded active requests, not a second raw token read)
-    finished = f"({q.sum_by(el, q.rate(ctx.raw('request_success', all_roles=True), ctx.window))} or {r.ref('engine_active')} * 0)"
+    done = ctx.raw("request_success" if ctx.has("request_success") else "requests_finished", all_roles=True)
+    finished = f"({q.sum_by(el, q.rate(done, ctx.window))} or {r.ref('engine_active')} * 0)"
     r.add("engine_progress", "engine_progress", "rate", f"{tokens} + {finished}")
     engines = f"count {q.by(ctx.group)} ({r.ref('engine_active')})"
     r.add(

@@ -160,6 +160,9 @@ class Plan:
     unit_tests: tuple[tuple[str, dict], ...] = ()
     inhibit_rules: tuple[dict, ...] = ()  # Alertmanager inhibit_rules entries
     warnings: tuple[str, ...] = ()  # things the spec compiles to but a user should know
+    # signals the engine cannot observe or observes only approximately, one line each
+    capabilities: tuple[str, ...] = ()
+    engine_release: str = ""  # 'SGLang 0.5.23': the engine and release in texts
     raw_metrics: frozenset[str] = field(default_factory=frozenset)
 
     @property

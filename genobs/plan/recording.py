@@ -3,16 +3,13 @@ per evaluation, aggregated over the engine (data-parallel rank) label."""
 
 from __future__ import annotations
 
-from genobs import naming
 from genobs import promql as q
-from genobs.plan import liveness
+from genobs.plan import drilldown, liveness
 from genobs.plan.context import Context
 from genobs.plan.liveness import pool_label
 from genobs.plan.model import RecordingRule
+from genobs.plan.recorder import Recorder
 
-_INSTANT = frozenset({"max", "sum", "count", "bytes", "avg"})
-# operations whose name already carries their window (a count over the last hour)
-_WINDOWED = frozenset({"increase1h"})
 QUANTILES = (0.5, 0.9, 0.95, 0.99)  # p95 beside p50/p99: what SLO dashboards and llm-d show
 # histogram key -> recorded subject
 LATENCIES = {
@@ -29,34 +26,22 @@ LATENCIES = {
 MEAN_ONLY = frozenset({"prefill_time", "decode_time"})
 
 
-class Recorder:
-    """Collects recording rules and remembers the recorded name of each signal."""
-
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
-        self.rules: list[RecordingRule] = []
-        self.names: dict[str, str] = {}
-
-    def add(self, key: str, subject: str, operation: str, expr: str, labels: tuple = ()) -> str:
-        # instant aggregations of gauges carry no window in their name
-        named = operation in _INSTANT or operation in _WINDOWED
-        name = naming.record(subject, operation) if named else self.ctx.rec(subject, operation)
-        self.rules.append(RecordingRule(record=name, expr=expr, labels=labels))
-        self.names[key] = name
-        return name
-
-    def count(self, key: str) -> str:
-        """Observations per second of a histogram, from its recorded bucket rate (le="+Inf")."""
-        return q.sum_by(self.ctx.group, self.ref(f"{key}_buckets", (("le", "=", "+Inf"),)))
-
-    def ref(self, key: str, extra: tuple = ()) -> str:
-        """Selector for an already recorded series, restricted to this spec."""
-        return self.ctx.recorded(self.names[key], extra, process=key.startswith("process"))
-
+def _requests_without_reasons(r: Recorder) -> None:
+    """An engine without finish reasons (SGLang): finished requests from its plain counter, aborts
+    from its own counter (not part of the finished count: the ratio is aborted per finished)."""
+    ctx = r.ctx
+    r.add("finished", "requests_finished", "rate", ctx.sum_rate("requests_finished"))
+    if ctx.has("requests_aborted"):
+        aborted = f"{ctx.sum_rate('requests_aborted')} or ({r.ref('finished')} * 0)"
+        r.add("abort_ratio", "request_abort_finish", "ratio", q.ratio(aborted, r.ref("finished")))
+    liveness.record_failures(r)
 
 def _requests(r: Recorder) -> None:
     ctx = r.ctx
     g = ctx.group
+    if not ctx.has("request_success"):
+        _requests_without_reasons(r)
+        return
     r.add(
         "finish_by_reason",
         "requests_finished_by_reason",
@@ -68,13 +53,16 @@ def _requests(r: Recorder) -> None:
     stop = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", "stop"),)))
     # V0 creates a finished_reason series only once it is seen: fall back to 0
     r.add("succeeded", "requests_succeeded", "rate", f"{stop} or ({r.ref('finished')} * 0)")
-    r.add("unsuccessful", "requests_unsuccessful", "rate", f"{r.ref('finished')} - {r.ref('succeeded')}")
+    # from the rate by reason alone, not finished - succeeded (two recorded series a ruler on a
+    # remote storage may hand over from different evaluations): never below 0
+    not_stop = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "!=", "stop"),)))
+    r.add("unsuccessful", "requests_unsuccessful", "rate", f"{not_stop} or ({r.ref('finished')} * 0)")
     liveness.record_failures(r)
+    # numerator and denominator from one read of the rate by reason: a share between 0 and 1
+    all_reasons = q.sum_by(g, r.ref("finish_by_reason"))
     for reason, key in (("length", "length_ratio"), ("abort", "abort_ratio")):
         num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
-        r.add(
-            key, f"request_{reason}_finish", "ratio", q.ratio(f"{num} or ({r.ref('finished')} * 0)", r.ref("finished"))
-        )
+        r.add(key, f"request_{reason}_finish", "ratio", q.ratio(f"{num} or ({all_reasons} * 0)", all_reasons))
 
 
 def _latencies(r: Recorder) -> None:
@@ -157,12 +145,13 @@ def _tokens(r: Recorder) -> None:
     # finish but none decodes a second token (every answer empty), not a missing series
     silent = f"({r.ref('finished')} > 0 and {q.on(g)} {r.ref('generation_length_mean')} <= 1) * 0"
     r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", f"{output_speed(r)} or {silent}")
-    r.add(
-        "prefill_speed_per_user",
-        "prefill_speed_per_user",
-        "tokens_per_second",
-        q.ratio(ctx.sum_rate("prompt_length", "_sum"), ctx.sum_rate("prefill_time", "_sum")),
-    )
+    if ctx.has("prefill_time"):
+        r.add(
+            "prefill_speed_per_user",
+            "prefill_speed_per_user",
+            "tokens_per_second",
+            q.ratio(ctx.sum_rate("prompt_length", "_sum"), ctx.sum_rate("prefill_time", "_sum")),
+        )
 
 
 def output_speed(r: Recorder) -> str:
@@ -188,6 +177,8 @@ def _decomposition(r: Recorder) -> None:
         f"{r.ref('ttft_mean')} + clamp_min({gen} - 1, 0) * {r.ref('tpot_mean')}",
     )
     for part in ("queue_time", "prefill_time", "decode_time"):
+        if f"{part}_mean" not in r.names:
+            continue  # the engine has no such histogram (SGLang: no prefill or decode time)
         r.add(f"{part}_share", f"e2e_{part}_share", "ratio", q.ratio(r.ref(f"{part}_mean"), r.ref("e2e_mean")))
 
 
@@ -325,8 +316,12 @@ def _spec_decode(r: Recorder) -> None:
 
 def _process(r: Recorder) -> None:
     ctx = r.ctx
-    r.add("process_rss", "api_server_resident_memory", "bytes", q.max_by(ctx.process_group, ctx.raw("process_rss")))
-    r.add("process_gc", "api_server_gc_collections", "rate", ctx.sum_rate("gc_collections", labels=("generation",)))
+    if ctx.has("process_rss"):  # none in prometheus_client's multiprocess mode (SGLang, TensorRT-LLM)
+        rss = q.max_by(ctx.process_group, ctx.raw("process_rss"))
+        r.add("process_rss", "api_server_resident_memory", "bytes", rss)
+    if ctx.has("gc_collections"):
+        gc = ctx.sum_rate("gc_collections", labels=("generation",))
+        r.add("process_gc", "api_server_gc_collections", "rate", gc)
     targets = tuple(label for label in ctx.process_group if label != "instance")
     up = ctx.up()
     r.add("process_targets_up", "scrape_targets_up", "sum", q.sum_by(targets, up))
@@ -343,9 +338,7 @@ def build_recording(ctx: Context) -> Recorder:
     _decomposition(r)
     _engine(r)
     liveness.record_liveness(r)
-    from genobs.plan import drilldown  # it reads the recorder's liveness names
-
-    drilldown.record(r)
+    drilldown.record(r)  # it reads the recorder's liveness names
     _features(r)
     _process(r)
     return r

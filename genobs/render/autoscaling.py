@@ -1,6 +1,6 @@
-"""`render` stage, autoscaling (kubernetes.autoscaling): scale vLLM on waiting
+"""`render` stage, autoscaling (kubernetes.autoscaling): scale the engine on waiting
 requests, not CPU. A prometheus-adapter rule configuration exposes
-vllm:num_requests_waiting per pod (custom metric) and per model (external
+the engine's waiting-requests gauge per pod (custom metric) and per model (external
 metric); an autoscaling/v2 HorizontalPodAutoscaler uses one of them; a KEDA
 ScaledObject with a Prometheus trigger is the alternative (apply one of the two:
 KEDA creates its own HPA for the same target)."""
@@ -14,9 +14,14 @@ from genobs.catalog import load_catalog, parse_version
 from genobs.k8s import MANAGED_BY
 from genobs.units import prom_duration_seconds
 
-# custom/external metrics API names cannot hold ':' (they are path segments of the API)
-POD_METRIC = "vllm_num_requests_waiting"
-MODEL_METRIC = "vllm_num_requests_waiting_per_model"
+
+def pod_metric(spec) -> str:
+    """The custom-metrics API name of the waiting gauge: no ':' (a path segment of the API)."""
+    return waiting_metric(spec).replace(":", "_")
+
+
+def model_metric(spec) -> str:
+    return f"{pod_metric(spec)}_per_model"
 
 
 def quantity(value: float) -> str:
@@ -60,7 +65,7 @@ def adapter_config(spec) -> dict:
             {
                 "seriesQuery": q.selector(waiting, (*fixed, ("namespace", "!=", ""), ("pod", "!=", ""))),
                 "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-                "name": {"matches": f"^{escaped}$", "as": POD_METRIC},
+                "name": {"matches": f"^{escaped}$", "as": pod_metric(spec)},
                 # summed over the data-parallel engines of each pod
                 "metricsQuery": f"sum by (<<.GroupBy>>) (<<.Series>>{{<<.LabelMatchers>>{extra}}})",
             }
@@ -69,7 +74,7 @@ def adapter_config(spec) -> dict:
             {
                 "seriesQuery": q.selector(waiting, (*fixed, ("namespace", "!=", ""), ("model_name", "!=", ""))),
                 "resources": {"overrides": {"namespace": {"resource": "namespace"}}},
-                "name": {"matches": f"^{escaped}$", "as": MODEL_METRIC},
+                "name": {"matches": f"^{escaped}$", "as": model_metric(spec)},
                 # the HPA's metric selector (model_name) and namespace arrive in LabelMatchers
                 "metricsQuery": f"sum (<<.Series>>{{<<.LabelMatchers>>{extra}}})",
             }
@@ -99,12 +104,12 @@ def hpa(spec) -> dict:
     auto = spec.kubernetes.autoscaling
     target = {"type": "AverageValue", "averageValue": quantity(auto.target_waiting_per_replica)}
     if auto.metric == "pods":
-        metric = {"type": "Pods", "pods": {"metric": {"name": POD_METRIC}, "target": target}}
+        metric = {"type": "Pods", "pods": {"metric": {"name": pod_metric(spec)}, "target": target}}
     else:
         selector = {"matchLabels": {"model_name": spec.service.models[0]}}
         metric = {
             "type": "External",
-            "external": {"metric": {"name": MODEL_METRIC, "selector": selector}, "target": target},
+            "external": {"metric": {"name": model_metric(spec), "selector": selector}, "target": target},
         }
     return {
         "apiVersion": "autoscaling/v2",

@@ -422,7 +422,16 @@ def peer_identity(ident: Identity, index: int) -> Identity:
     return replace(ident, engine={**ident.engine, "instance": instance}, process=process)
 
 
+# An engine without finish reasons (SGLang) counts finished requests in one counter and aborted
+# ones in another: the fixture fleet's stop and length finishes go to the first, aborts to the second.
+UNLABELLED_FINISHES = ("stop", "length")
+
+
 def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str, str], float]]:
+    if key == "requests_finished":
+        return [({}, sum(fleet.reasons().get(r, 0) for r in UNLABELLED_FINISHES))]
+    if key == "requests_aborted":
+        return [({}, fleet.reasons().get("abort", 0))]
     if key == "request_success":
         reasons = fleet.reasons()
         return [({"finished_reason": r}, reasons.get(r, 0)) for r in ctx.catalog.reasons_for(ctx.version)]

@@ -17,6 +17,7 @@ from genobs.testgen.unittests_fleet import (
     REQUESTS,
     RSS_AT_EVAL,
     TYPICAL,
+    UNLABELLED_FINISHES,
     Fleet,
     Identity,
     Indeterminate,
@@ -91,7 +92,9 @@ class Env:
         return self.sum(self.rate(rates.get(r, 0), at, window) for r in reasons)
 
     def all_reasons(self) -> tuple[str, ...]:
-        return self.ctx.catalog.reasons_for(self.ctx.version)
+        """The finishes the engine's finished-request counter counts (without finish reasons: the
+        fixture fleet's stop and length finishes, aborts are counted apart)."""
+        return self.ctx.catalog.reasons_for(self.ctx.version) or UNLABELLED_FINISHES
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,149 @@
+"""Engine profiles (genobs/data/<engine>.yaml): every name an example spec of an engine reads
+exists in that engine's real /metrics body, the plan and renderers hold no engine's wire name,
+and what an engine cannot observe is a printed line or a located error, never a silent drop."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from genobs.catalog import ENGINES, load_catalog
+from genobs.cli import main
+from genobs.compiler import load_plan
+from genobs.plan.model import RecordingRule
+from genobs.promql import metric_names
+from tests.conftest import REPO
+
+BODIES = REPO / "tests" / "fixtures" / "engines"
+# example spec -> the real bodies of its engine
+ENGINE_SPECS = {
+    "sglang": ("sglang_0.5.23_exposition.txt", "sglang_0.5.23_pd_prefill_exposition.txt", "sglang_0.5.23_pd_decode_exposition.txt"),
+}
+WIRE_PREFIXES = ("vllm:", "sglang:", "trtllm_", "dynamo_", "llm_d_")
+
+
+def body_names(*files: str) -> set[str]:
+    """Sample names of real /metrics bodies (text format: `name{labels} value` or `name value`)."""
+    names: set[str] = set()
+    for file in files:
+        for line in (BODIES / file).read_text().splitlines():
+            if line and not line.startswith("#"):
+                names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return names
+
+
+def read_names(spec: Path) -> set[str]:
+    """Every raw series name the spec's rules and dashboard panels read."""
+    _, plan = load_plan(spec)
+    recorded = {r.record for g in plan.groups for r in g.rules if isinstance(r, RecordingRule)}
+    exprs = [r.expr for g in plan.groups for r in g.rules]
+    exprs += [t.expr for row in plan.dashboard.rows for p in row.panels for t in p.targets]
+    names: set[str] = set()
+    for expr in exprs:
+        names |= metric_names(re.sub(r"\$(\w+)", "x", expr))
+    return names - recorded - {"up", "ALERTS"}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_SPECS))
+def test_example_spec_reads_only_names_of_the_real_body(engine: str):
+    spec = REPO / "specs" / f"{engine}.yaml"
+    read = read_names(spec)
+    assert read, "the spec reads no engine series at all"
+    missing = read - body_names(*ENGINE_SPECS[engine])
+    assert not missing, f"{spec.name} reads series the real {engine} bodies do not have: {sorted(missing)}"
+
+
+def test_plan_and_renderers_hold_no_wire_name():
+    """Only profiles know wire names: the plan asks for signals."""
+    found = []
+    for folder in ("genobs/plan", "genobs/render"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if any(prefix in line for prefix in WIRE_PREFIXES):
+                    found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not found, "engine wire names in the plan or a renderer:\n" + "\n".join(found)
+
+
+def test_one_profile_per_engine():
+    for engine in ENGINES:
+        catalog = load_catalog(engine)
+        assert catalog.engine == engine
+        assert catalog.min_version <= catalog.max_version
+
+
+def test_profile_names_exist_in_the_real_bodies():
+    """Every wire name the SGLang profile gives for its newest release is in a real 0.5.23 body."""
+    catalog = load_catalog("sglang")
+    names = catalog.names_for(catalog.max_version)
+    assert not names - body_names(*ENGINE_SPECS["sglang"])
+
+
+def _spec(engine_lines: str, extra: str = "") -> str:
+    return (
+        "version: genobs/v1\nname: probe\nservice:\n"
+        f"{engine_lines}"
+        "  selector: {job: llm}\n  models: [m]\nuse_case: chat\n" + extra
+    )
+
+
+def _build(tmp_path: Path, text: str):
+    spec = tmp_path / "probe.yaml"
+    spec.write_text(text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["build", "--no-check", "-o", str(out), str(spec)])
+    return result, out
+
+
+def test_sglang_build_prints_what_it_cannot_observe(tmp_path: Path):
+    result, out = _build(tmp_path, _spec('  engine: sglang\n  engine_version: "0.5.23"\n'))
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if ": note: " in line]
+    assert any("Length finishes (length_finish) is not observable on SGLang 0.5.23" in n for n in notes)
+    assert any("Success rate (success) is not observable on SGLang 0.5.23" in n for n in notes)
+    assert any("Preemptions (preemptions) is an approximation on SGLang 0.5.23" in n for n in notes)
+    rules = (out / "probe" / "prometheus" / "alerts.rules.yaml").read_text()
+    assert "VllmLengthFinishRatioHigh" not in rules and "VllmSuccessRatioLow" not in rules
+    assert "Approximation on SGLang 0.5.23: SGLang counts retractions" in rules
+    runbook = (out / "probe" / "RUNBOOK.md").read_text()
+    assert "## What SGLang 0.5.23 can observe" in runbook
+    assert "is not observable on SGLang 0.5.23" in runbook
+    dashboard = (out / "probe" / "grafana" / "genobs-probe.json").read_text()
+    assert "(not observable on SGLang 0.5.23)" in dashboard
+
+
+@pytest.mark.parametrize(
+    ("engine_lines", "extra", "expected"),
+    [
+        (
+            '  engine: sglang\n  engine_version: "0.4.9"\n',
+            "",
+            "probe.yaml:5:19: error: service.engine_version: SGLang 0.4.9 is outside the versions genobs knows "
+            "(0.5.3 to 0.5.23)",
+        ),
+        (
+            "  engine: sglang\n",
+            "alerts:\n  length_finish: {warning: 5%}\n",
+            "error: alerts.length_finish: length_finish is not observable on SGLang 0.5.23",
+        ),
+        (
+            "  engine: sglang\n",
+            "slos:\n  - {name: availability, sli: success, objective: 99%}\n",
+            "error: slos[0].sli: the success SLI is not observable on SGLang 0.5.23",
+        ),
+    ],
+    ids=["version-out-of-range", "alert-on-missing-signal", "slo-on-missing-signal"],
+)
+def test_engine_cannot_back_it_is_a_located_error(tmp_path: Path, engine_lines: str, extra: str, expected: str):
+    result, out = _build(tmp_path, _spec(engine_lines, extra))
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists(), "nothing may be written"
+
+
+def test_disabling_an_unobservable_alert_is_fine(tmp_path: Path):
+    result, _ = _build(tmp_path, _spec("  engine: sglang\n", "alerts:\n  length_finish: {enabled: false}\n"))
+    assert result.exit_code == 0, result.output
