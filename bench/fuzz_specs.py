@@ -20,9 +20,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from genobs.compiler import build_plan  # noqa: E402
 from genobs.errors import SpecError  # noqa: E402
 from genobs.loader import load_spec_text  # noqa: E402
-from genobs.plan import build_plan  # noqa: E402
 from tests.test_fuzz import INTERESTING, paths  # noqa: E402
 
 FILE = "fuzz.yaml"

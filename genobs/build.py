@@ -58,6 +58,7 @@ def freeze_imports() -> None:
     import grafanalib.core  # noqa: F401
     import jinja2  # noqa: F401
 
+    import genobs.compiler  # noqa: F401
     import genobs.plan  # noqa: F401
     import genobs.render.dashboard  # noqa: F401
     import genobs.render.rules  # noqa: F401
@@ -70,7 +71,7 @@ def freeze_imports() -> None:
 def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
     """Everything a spec compiles to, in memory. Raises SpecError. `kubernetes`:
     True adds kubernetes/ whatever the spec says; None follows `kubernetes.enabled`."""
-    from genobs.plan import load_plan
+    from genobs.compiler import load_plan
     from genobs.render.dashboard import render_dashboard
     from genobs.render.rules import render_rule_files
     from genobs.render.runbook import render_runbook

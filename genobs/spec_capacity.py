@@ -10,9 +10,9 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 # genobs.spec imports this module after defining the shared types (import genobs.spec, not this module)
-from genobs.spec import _K8S_NAME as K8S_NAME
-from genobs.spec import LabelName, PendingDuration, PromDuration, SafeValue, Threshold
-from genobs.spec import _Model as Model
+from genobs.spec_types import _K8S_NAME as K8S_NAME
+from genobs.spec_types import LabelName, PendingDuration, PromDuration, SafeValue, Threshold
+from genobs.spec_types import _Model as Model
 from genobs.units import parse_ratio, parse_seconds
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,199}")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = (REPO / "docs" / "alerting-policy.md").read_text()

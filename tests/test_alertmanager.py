@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from genobs.build import render_spec
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.slow  # real servers on loopback

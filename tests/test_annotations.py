@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from genobs.compiler import build_plan
 from genobs.loader import load_spec, load_spec_text
-from genobs.plan import build_plan
 from genobs.render.dashboard import render_dashboard
 
 REPO = Path(__file__).resolve().parents[1]

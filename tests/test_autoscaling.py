@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 from genobs.build import render_spec
 from genobs.cli import main
+from genobs.compiler import build_plan
 from genobs.errors import SpecError
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 from tests.conftest import REPO
 
 SPEC = REPO / "specs" / "capacity.yaml"

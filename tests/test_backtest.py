@@ -21,7 +21,7 @@ from test_doctor_hostile import reply, serve
 
 from genobs.cli import main
 from genobs.commands.backtest_rules import load_rules
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 from genobs.plan.model import AlertRule
 
 FIXTURES = Path(__file__).parent / "fixtures" / "backtest"

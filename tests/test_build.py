@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from genobs.build import render_spec
 from genobs.catalog import load_catalog, parse_version
 from genobs.cli import main
+from genobs.compiler import build_plan
 from genobs.loader import load_spec
-from genobs.plan import build_plan
 from genobs.promql import metric_names
 from genobs.render.dashboard import flat_panels
 from tests.conftest import REPO, SPECS
@@ -238,7 +238,7 @@ def test_libyaml_and_pure_python_emitters_agree_on_any_text():
 def test_runbook_is_the_same_from_the_template_cache_and_past_a_broken_one(tmp_path: Path):
     """The compiled runbook template is kept in Jinja2's bytecode cache; a cache file that was
     cut short or overwritten is skipped, never a failed build or a different runbook."""
-    from genobs.plan import load_plan
+    from genobs.compiler import load_plan
     from genobs.render import runbook
 
     _, plan = load_plan(REPO / "specs" / "chat.yaml")

@@ -12,7 +12,7 @@ from fleet_series import Fleet
 from scenario_runner import build, promtool_expr_tests, rule_groups
 
 from genobs.catalog import load_catalog
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 from tests.conftest import REPO, SPECS
 
 # alerts on engine series: their confirm queries must keep `engine` (vLLM >= 0.8.3)

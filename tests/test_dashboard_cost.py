@@ -13,7 +13,7 @@ import promql_parser
 import pytest
 
 from genobs.build import render_spec
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 from genobs.plan.model import RecordingRule
 from genobs.render.dashboard import flat_panels
 

@@ -12,8 +12,8 @@ import sys
 import pytest
 import yaml
 
+from genobs.compiler import build_plan
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 from genobs.render.dashboard import flat_panels, render_dashboard
 from tests.conftest import REPO
 
@@ -174,7 +174,7 @@ def test_dashboard_json_has_the_shape_of_the_schema_version_it_claims(out):
 
 
 def test_dashboard_json_is_deterministic():
-    from genobs.plan import load_plan
+    from genobs.compiler import load_plan
 
     plan = load_plan(REPO / "specs/chat.yaml")[1]
     first = json.dumps(render_dashboard(plan.dashboard), sort_keys=True)

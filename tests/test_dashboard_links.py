@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from genobs.compiler import build_plan
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 from genobs.render.dashboard import flat_panels, render_dashboard
 from tests.conftest import REPO
 

@@ -20,8 +20,8 @@ import yaml
 from click.testing import CliRunner
 
 from genobs.cli import main
+from genobs.compiler import build_plan
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 from tests.conftest import REPO
 from tests.e2e_support import PROMETHEUS, Prometheus, poll
 

@@ -13,7 +13,7 @@ from fleet_series import Fleet
 from scenario_runner import build, promtool_expr_tests, rule_groups
 
 from genobs import promql as q
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 from tests.conftest import REPO, SPECS
 
 SPEC = REPO / "specs" / "disaggregated.yaml"

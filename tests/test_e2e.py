@@ -362,8 +362,8 @@ def _rfc3339_seconds(text: str) -> float:
 
 def check_alert_values(run: Run) -> set[str]:
     """The $value a description prints is the series the plan (and the runbook) says is compared."""
+    from genobs.compiler import build_plan
     from genobs.loader import load_spec
-    from genobs.plan import build_plan
 
     plan = build_plan(load_spec(run.spec_path))
     compared = {(a.name, tuple(sorted(dict(a.labels).items()))): a.query for a in plan.alerts}

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from genobs.catalog import ENGINES, load_catalog
 from genobs.cli import main
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 from genobs.plan.model import RecordingRule
 from genobs.promql import metric_names
 from tests.conftest import REPO

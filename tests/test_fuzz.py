@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from genobs.build import render_spec
+from genobs.compiler import build_plan
 from genobs.errors import SpecError
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 from tests.conftest import REPO, SPECS
 
 FILE = "fuzz.yaml"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from genobs.build import render_spec
+from genobs.compiler import build_plan
 from genobs.errors import Problem, SpecError
 from genobs.loader import load_spec, load_spec_text
-from genobs.plan import build_plan
 from tests.conftest import REPO
 
 GOOD = 'version: genobs/v1\nname: t\nuse_case: chat\nservice: {engine_version: "0.33", selector: {job: vllm}}\n'

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from genobs.compiler import build_plan
 from genobs.errors import SpecError
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 from genobs.units import parse_prom_duration, parse_ratio, parse_seconds
 
 GOOD = "version: genobs/v1\nname: t\nuse_case: chat\n"

@@ -1,7 +1,7 @@
-"""The README's "Try it locally" walkthrough, run as written: its shell blocks in order (the
-simulator and Prometheus as the long-running processes they are), with only the ports and
-the demo folder moved so a test run cannot collide with anything. It must reach the alert
-the README promises (VllmTtftP99High firing for m-slow, m-healthy quiet) and the doctor
+"""The "Try it locally" walkthrough (docs/try-it-locally.md), run as written: its shell blocks
+in order (the simulator and Prometheus as the long-running processes they are), with only the
+ports and the demo folder moved so a test run cannot collide with anything. It must reach the
+alert the page promises (VllmTtftP99High firing for m-slow, m-healthy quiet) and the doctor
 command of step 5 must find every series."""
 
 from __future__ import annotations
@@ -18,24 +18,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.docs_support import page, sh_blocks
 from tests.e2e_support import free_port, poll
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
 SIM_PORT, PROM_PORT, DEMO = "9400", "9090", "/tmp/demo"
 
 
 def _walkthrough() -> str:
-    start = README.index("\n## Try it locally\n")
-    return README[start : README.index("\n## ", start + 1)]
-
-
-def _blocks(text: str) -> list[str]:
-    """The ```sh blocks, dedented as a reader would paste them."""
-    out = []
-    for m in re.finditer(r"^( *)```sh\n(.*?)^\1```", text, re.M | re.S):
-        indent = len(m.group(1))
-        out.append("\n".join(line[indent:] for line in m.group(2).splitlines()) + "\n")
-    return out
+    return page("docs/try-it-locally.md")
 
 
 def _moved(text: str, demo: Path, sim: int, prom: int) -> str:
@@ -62,11 +52,12 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+@pytest.mark.slow  # the simulator and Prometheus on loopback
 def test_walkthrough_reaches_the_promised_alert(tmp_path: Path):
     if not (REPO / ".venv" / "bin" / "activate").exists():
         pytest.fail("the walkthrough activates the quick start's .venv: run `make setup` (make test does)")
     text = _walkthrough()
-    blocks = _blocks(text)
+    blocks = sh_blocks(text)
     assert len(blocks) == 4, f"expected 4 shell blocks (simulate, build, prometheus.yml, prometheus): {blocks}"
     demo, sim_port, prom_port = tmp_path / "demo", free_port(), free_port()
     simulate, build, config, prometheus = (_moved(b, demo, sim_port, prom_port) for b in blocks)

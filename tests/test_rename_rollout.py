@@ -12,8 +12,8 @@ from conftest import spec_text
 from fleet_series import Fleet
 from scenario_runner import REPO, build, promtool_expr_tests, rule_groups
 
+from genobs.compiler import load_plan
 from genobs.errors import SpecError
-from genobs.plan import load_plan
 
 
 def plan_of(engine: str, other: str | None):

@@ -12,7 +12,7 @@ import yaml
 
 from genobs import promtool as pt
 from genobs.build import render_spec
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 from genobs.plan.groups import panels_interval
 from genobs.plan.model import AlertRule
 from genobs.promql import metric_names

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from genobs.plan import load_plan
+from genobs.compiler import load_plan
 from genobs.render.dashboard import flat_panels, render_dashboard
 from tests.conftest import SPECS
 

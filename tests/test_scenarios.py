@@ -2,7 +2,7 @@
 
 Each file in tests/scenarios/ states what must page, warn and stay silent on a fleet whose
 series are written from what vLLM really exports (tests/fleet_series.py), not from genobs'
-plan. See the README section "Scenario corpus".
+plan. See "Scenario corpus" in docs/development.md.
 """
 
 from __future__ import annotations

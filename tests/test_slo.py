@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from genobs.build import render_spec
+from genobs.compiler import build_plan
 from genobs.errors import SpecError
 from genobs.loader import load_spec, load_spec_text
-from genobs.plan import build_plan
 from tests.conftest import REPO, spec_text
 
 CHAT = REPO / "specs" / "chat.yaml"

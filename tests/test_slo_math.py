@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from genobs.build import render_spec
+from genobs.compiler import build_plan
 from genobs.errors import SpecError
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 
 GROUP = {"model_name": "m", "namespace": "llm-prod", "job": "vllm-chat"}
 ENGINES = ("0", "1")

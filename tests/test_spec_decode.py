@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from genobs.build import render_spec
+from genobs.compiler import build_plan
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 
 SPEC = """\
 version: genobs/v1

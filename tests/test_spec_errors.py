@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from genobs.build import render_spec
 from genobs.cli import main
+from genobs.compiler import build_plan
 from genobs.errors import SpecError
 from genobs.loader import MAX_BYTES, load_spec, load_spec_text
-from genobs.plan import build_plan
 from tests.conftest import REPO, SPECS
 
 BAD = REPO / "tests" / "bad_specs"
@@ -359,7 +359,7 @@ def test_bad_spec_corpus(case: str, tmp_path: Path, monkeypatch):
 
 def test_schema_and_plan_problems_in_one_run():
     """A misspelt key used to hide the SLO, version and threshold checks until it was fixed."""
-    from genobs.plan import load_plan
+    from genobs.compiler import load_plan
 
     text = (
         GOOD

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from genobs.compiler import build_plan, unit_tests_and_notes
 from genobs.loader import load_spec, load_spec_text
-from genobs.plan import build_plan
 from genobs.render.rules import render_rule_files
 from genobs.testgen.humanize import expand, go_sprintf, go_value, humanize, humanize_duration, humanize_percentage
-from genobs.testgen.unittests import unit_tests_and_notes
 from genobs.writer import dump_yaml
 from tests.conftest import SPECS
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from genobs.compiler import build_plan
 from genobs.errors import SpecError
 from genobs.loader import load_spec_text
-from genobs.plan import build_plan
 from genobs.promql import metric_names
 from tests.conftest import spec_text
 

@@ -306,8 +306,8 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
         if not spec.exists() and not spec.is_symlink():  # special files: load_spec says what they are
             click.echo(f"{spec}: error: no such file", err=True)
             sys.exit(2)
+        from genobs.compiler import build_plan
         from genobs.loader import load_spec
-        from genobs.plan import build_plan
 
         try:
             doc = load_spec(spec)

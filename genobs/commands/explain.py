@@ -180,8 +180,8 @@ def explain_signal(signal: str, plan, spec_label: str) -> str:
 
 def default_plan():
     from genobs.commands.scaffold import spec_text
+    from genobs.compiler import build_plan
     from genobs.loader import load_spec_text
-    from genobs.plan import build_plan
 
     return build_plan(load_spec_text(spec_text("chat", None, namespace=None), DEFAULT_SPEC_FILE))
 
@@ -203,7 +203,7 @@ def explain(name: str | None, spec: Path | None) -> None:
     """Explain NAME (an alert such as VllmTtftP99High, or a signal such as ttft):
     what it watches, its PromQL, thresholds per severity, `for` and the first
     action. Without NAME, list every alert and signal."""
-    from genobs.plan import load_plan
+    from genobs.compiler import load_plan
 
     if spec is not None:
         if not spec.exists():

@@ -148,7 +148,7 @@ def spec_text(
 
 def validate(text: str, file: str) -> tuple[str, ...]:
     """Load and plan the text; its plan warnings. SpecError when the options make an invalid spec."""
-    from genobs.plan import load_plan
+    from genobs.compiler import load_plan
 
     return load_plan(text=text, file=file)[1].warnings
 

@@ -45,8 +45,8 @@ _ORDER = {"warning": 0, "critical": 1, "info": 2}
 
 def load_gates(spec: Path) -> SpecGates:
     """Load and plan SPEC (raises SpecError with file/line/field like `build`)."""
+    from genobs.compiler import build_plan
     from genobs.loader import load_spec
-    from genobs.plan import build_plan
 
     doc = load_spec(spec)
     plan = build_plan(doc)

@@ -2,7 +2,7 @@
 own console and export. genobs uses the terms of its domain notes: TTFT; TPOT, the decode time of
 one request per output token after the first ((e2e - TTFT) / (output tokens - 1)); ITL, each gap
 between two streamed chunks; e2e; per-user and system throughput. genobs.gates.bench_report
-prints the lines of the tools a report holds below its table; README's release-gate section has
+prints the lines of the tools a report holds below its table; docs/gates.md (benchmark) has
 the same table."""
 
 from __future__ import annotations

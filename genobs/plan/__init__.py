@@ -4,7 +4,7 @@ that the engine version supports what the spec asks for."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from genobs import naming
 from genobs import promql as q
@@ -14,12 +14,14 @@ from genobs.loader import SpecDocument, sort_problems
 from genobs.plan import capacity, links, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
+from genobs.plan.capacity import CapacityPlan
 from genobs.plan.confirm import confirm_queries
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row, threshold_steps
 from genobs.plan.groups import panels_interval, split_recording
 from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry
+from genobs.plan.recorder import Recorder
 from genobs.plan.recording import build_recording
 from genobs.units import format_seconds, prom_duration_seconds
 
@@ -311,17 +313,6 @@ def plan_problems(error: SpecError) -> SpecError:
     return SpecError(sort_problems([*error.problems, *extra])) if extra else error
 
 
-def load_plan(path=None, *, text: str | None = None, file: str = "<spec>") -> tuple[SpecDocument, Plan]:
-    """load then plan a spec file (or `text`); a SpecError lists every problem of both stages."""
-    from genobs.loader import load_spec, load_spec_text
-
-    try:
-        doc = load_spec(path) if text is None else load_spec_text(text, file)
-    except SpecError as exc:
-        raise plan_problems(exc) from None
-    return doc, build_plan(doc)
-
-
 def _absolute(url: str) -> bool:
     return re.match(r"^https?://", url, re.IGNORECASE) is not None
 
@@ -355,7 +346,20 @@ def _policy_notes(resolved) -> list[str]:
     ]
 
 
-def build_plan(doc: SpecDocument) -> Plan:
+@dataclass(frozen=True)
+class Assembly:
+    """The plan stage's product: the Plan without its unit tests, and what the `testgen`
+    stage generates them from (genobs.compiler runs both)."""
+
+    plan: Plan
+    ctx: Context
+    rec: Recorder
+    tested: tuple[RuleGroup, ...]  # the groups the alert tests load (all but the capacity group)
+    cap: CapacityPlan | None
+    cap_group: RuleGroup | None
+
+
+def assemble(doc: SpecDocument) -> Assembly:
     spec = doc.spec
     ctx, resolved, problems = _checked(doc)
     if problems or ctx is None:
@@ -398,15 +402,10 @@ def build_plan(doc: SpecDocument) -> Plan:
     groups = tuple(replace(g, rules=links.with_dashboard_urls(g.rules, grafana, dashboard)) for g in groups)
     if cap is not None:
         cap = replace(cap, rules=links.with_dashboard_urls(cap.rules, grafana, dashboard))
-    # the next stage, imported here so genobs.testgen can use plan modules without a cycle
-    from genobs.testgen.unittests import build_unit_tests
-
-    unit_tests, notes = build_unit_tests(ctx, rec, groups, spec.name)
+    tested = groups
+    cap_group = None
     if cap is not None:
-        from genobs.plan.capacity_tests import build_capacity_tests
-
         cap_group = RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules)
-        unit_tests += build_capacity_tests(ctx, cap, groups[0], cap_group, spec.name)
         groups += (cap_group,)
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
     raw = _raw_metrics(groups, ctx, recorded, cap.known if cap else frozenset())
@@ -427,17 +426,16 @@ def build_plan(doc: SpecDocument) -> Plan:
         dashboard=dashboard,
         runbook=_runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
         slo_runbook=slos.runbook,
-        unit_tests=unit_tests,
         warnings=tuple(_runbook_notes(base_url))
         + tuple(_policy_notes(resolved))
         + tuple(_unreachable(ctx, alerts))
-        + tuple(_feature_notes(ctx, rec))
-        + tuple(notes),
+        + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
         capabilities=tuple(capability_lines(ctx, spec.use_case)),
         engine_release=ctx.release,
     )
-    return replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
+    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
+    return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)
 
 
-__all__ = ["build_plan", "load_plan", "plan_problems"]
+__all__ = ["Assembly", "assemble", "plan_problems"]

@@ -13,7 +13,8 @@ from genobs import promql as q
 from genobs.plan import liveness
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RunbookEntry, Severity
-from genobs.plan.recording import Recorder, peer_group
+from genobs.plan.recorder import Recorder
+from genobs.plan.recording import peer_group
 from genobs.units import format_percent, format_seconds, parse_number, parse_ratio, parse_seconds
 
 SEVERITIES = ("critical", "warning", "info")

@@ -4,16 +4,12 @@ gateway, and the warning when a bound's histogram bucket is not exported."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from genobs import naming
 from genobs import promql as q
 from genobs.plan.alerts import labels_template
+from genobs.plan.capacity_builder import Builder
 from genobs.spec_capacity import Capacity
 from genobs.units import parse_ratio, parse_seconds
-
-if TYPE_CHECKING:
-    from genobs.plan.capacity import Builder
 
 BAD_REASONS = ("abort", "error")  # finishes that do not count as served (the availability SLO's default)
 

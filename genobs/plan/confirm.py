@@ -14,7 +14,7 @@ from genobs.plan import liveness
 from genobs.plan.context import Context
 
 if TYPE_CHECKING:
-    from genobs.plan.recording import Recorder
+    from genobs.plan.recorder import Recorder
 
 Query = tuple[str, str]  # (what it shows, PromQL)
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.model import Panel, Row, Target, Variable
-from genobs.plan.recording import QUANTILES, Recorder
+from genobs.plan.recorder import Recorder
+from genobs.plan.recording import QUANTILES
 
 _COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
 # the query of a recorded series the engine cannot give (no such signal in its profile)

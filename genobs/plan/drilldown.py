@@ -14,7 +14,7 @@ from genobs import promql as q
 from genobs.plan import liveness
 from genobs.plan.context import Context
 from genobs.plan.model import Panel, Row, Target, Variable
-from genobs.plan.recording import Recorder
+from genobs.plan.recorder import Recorder
 
 GAUGES = (
     ("engine_kv_cache_usage", "kv_cache_usage", "engine_kv_cache_usage", "max"),

@@ -6,13 +6,10 @@ hung or whose targets are down."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from genobs import promql as q
 from genobs.plan.context import Context
-
-if TYPE_CHECKING:
-    from genobs.plan.recording import Recorder
+from genobs.plan.recorder import Recorder
 
 
 def replica_labels(ctx: Context) -> tuple[str, ...]:

@@ -3,16 +3,13 @@ per evaluation, aggregated over the engine (data-parallel rank) label."""
 
 from __future__ import annotations
 
-from genobs import naming
 from genobs import promql as q
-from genobs.plan import liveness
+from genobs.plan import drilldown, liveness
 from genobs.plan.context import Context
 from genobs.plan.liveness import pool_label
 from genobs.plan.model import RecordingRule
+from genobs.plan.recorder import Recorder
 
-_INSTANT = frozenset({"max", "sum", "count", "bytes", "avg"})
-# operations whose name already carries their window (a count over the last hour)
-_WINDOWED = frozenset({"increase1h"})
 QUANTILES = (0.5, 0.9, 0.95, 0.99)  # p95 beside p50/p99: what SLO dashboards and llm-d show
 # histogram key -> recorded subject
 LATENCIES = {
@@ -29,31 +26,6 @@ LATENCIES = {
 MEAN_ONLY = frozenset({"prefill_time", "decode_time"})
 
 
-class Recorder:
-    """Collects recording rules and remembers the recorded name of each signal."""
-
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
-        self.rules: list[RecordingRule] = []
-        self.names: dict[str, str] = {}
-
-    def add(self, key: str, subject: str, operation: str, expr: str, labels: tuple = ()) -> str:
-        # instant aggregations of gauges carry no window in their name
-        named = operation in _INSTANT or operation in _WINDOWED
-        name = naming.record(subject, operation) if named else self.ctx.rec(subject, operation)
-        self.rules.append(RecordingRule(record=name, expr=expr, labels=labels))
-        self.names[key] = name
-        return name
-
-    def count(self, key: str) -> str:
-        """Observations per second of a histogram, from its recorded bucket rate (le="+Inf")."""
-        return q.sum_by(self.ctx.group, self.ref(f"{key}_buckets", (("le", "=", "+Inf"),)))
-
-    def ref(self, key: str, extra: tuple = ()) -> str:
-        """Selector for an already recorded series, restricted to this spec."""
-        return self.ctx.recorded(self.names[key], extra, process=key.startswith("process"))
-
-
 def _requests_without_reasons(r: Recorder) -> None:
     """An engine without finish reasons (SGLang): finished requests from its plain counter, aborts
     from its own counter (not part of the finished count: the ratio is aborted per finished)."""
@@ -63,7 +35,6 @@ def _requests_without_reasons(r: Recorder) -> None:
         aborted = f"{ctx.sum_rate('requests_aborted')} or ({r.ref('finished')} * 0)"
         r.add("abort_ratio", "request_abort_finish", "ratio", q.ratio(aborted, r.ref("finished")))
     liveness.record_failures(r)
-
 
 def _requests(r: Recorder) -> None:
     ctx = r.ctx
@@ -364,9 +335,7 @@ def build_recording(ctx: Context) -> Recorder:
     _decomposition(r)
     _engine(r)
     liveness.record_liveness(r)
-    from genobs.plan import drilldown  # it reads the recorder's liveness names
-
-    drilldown.record(r)
+    drilldown.record(r)  # it reads the recorder's liveness names
     _features(r)
     _process(r)
     return r

@@ -16,7 +16,7 @@ from genobs.plan.context import Context
 from genobs.plan.groups import by_record, follow
 from genobs.plan.liveness import capacity_labels, pool_label, replica_labels
 from genobs.plan.model import AlertRule, RuleGroup
-from genobs.plan.recording import Recorder
+from genobs.plan.recorder import Recorder
 from genobs.testgen.humanize import expected_alert
 from genobs.testgen.unittests_baseline import BASELINE_ALERTS, baseline_tests
 from genobs.testgen.unittests_fleet import (
@@ -405,11 +405,3 @@ def build_unit_tests(
     labels = {k: p.env.ident.engine[k] for k in ctx.group}
     files += baseline_tests(ctx, rec.names, alert_group, labels, spec_name)
     return tuple(files), p.notes
-
-
-def unit_tests_and_notes(doc) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
-    """Unit tests of a spec plus notes on what they cannot cover."""
-    from genobs.plan import build_plan
-
-    plan = build_plan(doc)
-    return plan.unit_tests, list(plan.warnings)
