@@ -433,6 +433,8 @@ def assemble(doc: SpecDocument) -> Assembly:
         raw_metrics=raw,
         capabilities=tuple(capability_lines(ctx, spec.use_case)),
         engine_release=ctx.release,
+        unobservable=ctx.catalog.not_observable,
+        approximations=ctx.catalog.approximate,
     )
     plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)
