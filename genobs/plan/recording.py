@@ -81,6 +81,8 @@ def _latencies(r: Recorder) -> None:
     if pools:
         # the prefill pool's own view: its legs run with max_tokens=1, so TTFT there is queue + prefill
         for key, subject in (("ttft", "ttft_seconds"), ("prefill_time", "prefill_time_seconds"), ("queue_time", "queue_time_seconds")):
+            if not ctx.has(key):
+                continue  # SGLang has no prefill-time histogram
             _histogram(r, f"prefill_pool_{key}", key, f"prefill_pool_{subject}", ctx.role("prefill"))
 
 
@@ -283,7 +285,7 @@ def _features(r: Recorder) -> None:
     ctx = r.ctx
     if "speculative_decoding" in ctx.features:
         _spec_decode(r)
-    if "disaggregated_prefill" in ctx.features:
+    if "disaggregated_prefill" in ctx.features and ctx.has("nixl_xfer_time"):
         _nixl(r)
 
 
