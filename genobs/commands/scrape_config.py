@@ -1,4 +1,4 @@
-"""Prometheus scrape configuration for vLLM targets: the `metric_relabel_configs`
+"""Prometheus scrape configuration for engine targets (vLLM, SGLang): the `metric_relabel_configs`
 that undo the `:` -> `_` escaping Prometheus 2.x gets from prometheus_client
 >= 0.23 (OpenMetrics negotiation), the scrape diet (`--drop-unread`: keep only the
 families a generated rule, panel or runbook query reads), the edge tier's `remote_write`,
@@ -13,21 +13,31 @@ from pathlib import Path
 import click
 import yaml
 
-from genobs.catalog import load_catalog
+from genobs.catalog import ENGINES, load_catalog
 
 
 @functools.cache
 def engine_prefix(engine: str = "vllm") -> str:
-    """The namespace before ':' in the engine's metric names (from the catalog), e.g. the engine name."""
+    """The namespace before ':' in the engine's metric names (from the catalog), e.g. the engine name;
+    for an engine without ':' in its names (TensorRT-LLM), the word before the first '_'."""
     catalog = load_catalog(engine)
-    prefixes = {r.name.split(":", 1)[0] for m in catalog.metrics.values() for r in m.names if ":" in r.name}
+    names = [r.name for m in catalog.metrics.values() if not m.process for r in m.names]
+    prefixes = {n.split(":", 1)[0] for n in names if ":" in n} or {n.split("_", 1)[0] for n in names}
     if len(prefixes) != 1:
         raise ValueError(f"the {engine} catalog has no single metric prefix: {sorted(prefixes)}")
     return prefixes.pop()
 
 
+@functools.cache
+def has_colon_names(engine: str = "vllm") -> bool:
+    """Whether the engine's names hold ':' (escaped to '_' by an OpenMetrics scrape)."""
+    catalog = load_catalog(engine)
+    return any(":" in r.name for m in catalog.metrics.values() for r in m.names)
+
+
 def colon_prefix(engine: str = "vllm") -> str:
-    return engine_prefix(engine) + ":"
+    """The prefix of the names as the engine exposes them (the same as underscore_prefix without ':')."""
+    return engine_prefix(engine) + (":" if has_colon_names(engine) else "_")
 
 
 def underscore_prefix(engine: str = "vllm") -> str:
@@ -39,6 +49,8 @@ def relabel_configs(engine: str = "vllm") -> list[dict]:
 
     Only names starting with the engine prefix are touched; the regex is anchored by Prometheus.
     """
+    if not has_colon_names(engine):
+        return []  # nothing to restore: the scrape keeps the names as they are
     p = engine_prefix(engine)
     return [
         {
@@ -107,9 +119,13 @@ def scrape_job(
     out: dict = {"job_name": job}
     if interval:
         out["scrape_interval"] = interval
+    path = load_catalog(engine).metrics_path
+    if path != "/metrics":  # trtllm-serve: /prometheus/metrics
+        out["metrics_path"] = path
     out["static_configs"] = [static]
-    if relabel or keep:
-        out["metric_relabel_configs"] = (relabel_configs(engine) if relabel else []) + (keep or [])
+    rename = relabel_configs(engine) if relabel else []
+    if rename or keep:
+        out["metric_relabel_configs"] = rename + (keep or [])
     return out
 
 
@@ -170,6 +186,13 @@ def _plan(spec: Path):
     help="Print instead the edge tier's remote_write entry to URL (needs SPEC): it ships only the recorded "
     "genobs:* series and the raw series the global rules read.",
 )
+@click.option(
+    "--engine",
+    "engine_option",
+    type=click.Choice(ENGINES),
+    default=None,
+    help="Engine whose metric prefix is restored (default: the spec's service.engine, else vllm).",
+)
 def scrape_config(
     spec: Path | None,
     job: str | None,
@@ -178,8 +201,9 @@ def scrape_config(
     relabel_only: bool,
     drop_unread: bool,
     remote_write: str | None,
+    engine_option: str | None,
 ) -> None:
-    """Print a Prometheus scrape job for vLLM that keeps the metric names' colons.
+    """Print a Prometheus scrape job for an engine (vLLM, SGLang, TensorRT-LLM) that keeps the metric names' colons.
 
     prometheus_client >= 0.23 answers Prometheus 2.x's OpenMetrics Accept header
     with `:` escaped to `_`; the job's metric_relabel_configs turn the names back, so
@@ -198,8 +222,8 @@ def scrape_config(
         click.echo(dump({"remote_write": [entry]}), nl=False)
         return
     keep = keep_configs(read_families(plan), plan.engine) if plan is not None else None
-    if relabel_only:
-        click.echo(dump({"metric_relabel_configs": relabel_configs() + (keep or [])}), nl=False)
+    if relabel_only and spec is None:
+        click.echo(dump({"metric_relabel_configs": relabel_configs(engine_option or "vllm")}), nl=False)
         return
     if interval is not None and not _DURATION.fullmatch(interval):
         raise click.BadParameter(f"{interval!r} is not a Prometheus duration; write e.g. 15s or 1m", param_hint="--interval")
@@ -221,6 +245,10 @@ def scrape_config(
                 click.echo(str(p), err=True)
             raise SystemExit(2) from None
         job = job or spec_job
+    engine = engine_option or engine
+    if relabel_only:
+        click.echo(dump({"metric_relabel_configs": relabel_configs(engine) + (keep or [])}), nl=False)
+        return
     entry = scrape_job(
         job or "vllm", list(targets) or ["127.0.0.1:9400"], labels, engine=engine, interval=interval, keep=keep
     )

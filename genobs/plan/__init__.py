@@ -92,9 +92,17 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
     unavailable = set()
     for feature in sorted(features):
         keys, what = _FEATURE_NEEDS[feature]
+        if feature == "disaggregated_prefill" and catalog.missing_reason("nixl_transfer") is not None:
+            continue  # prefill/decode pools without KV-transfer series: the capability notes say so
         if not any(catalog.name(k, version) for k in keys):
             unavailable.add(feature)
-            ranges = "; ".join(catalog.metric(k).versions_text() for k in keys)
+            known = [catalog.metrics[k] for k in keys if k in catalog.metrics]
+            if not known:
+                problems.append(
+                    doc.problem(("features", feature), f"{catalog.release(version)} exports no {what}")
+                )
+                continue
+            ranges = "; ".join(m.versions_text() for m in known)
             problems.append(
                 doc.problem(
                     ("features", feature),
@@ -440,6 +448,8 @@ def assemble(doc: SpecDocument) -> Assembly:
         capabilities=tuple(capability_lines(ctx, spec.use_case)),
         engine_release=ctx.release,
         global_slos=tuple(s.name for s in spec.slos if s.scope == "global" and ctx.cluster),
+        unobservable=ctx.catalog.not_observable,
+        approximations=ctx.catalog.approximate,
     )
     plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)

@@ -25,13 +25,21 @@ def engine_labels(ctx: Context) -> tuple[str, ...]:
     return replica_labels(ctx)
 
 
+def scheduler_labels(ctx: Context) -> tuple[str, ...]:
+    """One scheduler of a replica, on the gauges that carry its labels: the engine's labels, plus
+    the profile's per-scheduler labels where the engine has no shared rank label (SGLang dp_rank)."""
+    return tuple(dict.fromkeys((*engine_labels(ctx), *ctx.catalog.scheduler_labels)))
+
+
 def failed_reasons(ctx: Context) -> tuple[str, ...]:
     """finished_reason values that mean the server failed. vLLM has `error` from 0.13; before
     0.8.3 there is no HTTP status either, so `abort` (client or internal) is all there is."""
     reasons = ctx.catalog.reasons_for(ctx.version)
     if "error" in reasons:
         return ("error",)
-    return () if ctx.has("http_requests") else ("abort",)
+    if ctx.has("http_requests") or ctx.has("request_errors"):
+        return ()
+    return ("abort",) if "abort" in reasons else ()
 
 
 def _http(ctx: Context, status: str, handlers: bool = True) -> str:
@@ -53,7 +61,7 @@ def http_by_model(ctx: Context, status: str, window: str, pick: Callable[[str], 
 
 def success_wording(ctx: Context, objective: str, bad: list[str]) -> str:
     sources = [f"finished_reason {', '.join(bad)}"] if bad else []
-    if ctx.has("http_requests"):
+    if ctx.has("http_requests") or ctx.has("request_errors"):
         sources.append("HTTP 5xx")
     if ctx.has("admission_rejections"):
         sources.append("admission rejections")
@@ -66,6 +74,9 @@ def failure_terms(ctx: Context, window: str, zero: str, pick: Callable[[str], st
     out = []
     if ctx.has("http_requests"):
         out.append(f"({http_by_model(ctx, '5xx', window, pick)} or {zero})")
+    if ctx.has("request_errors"):  # per model already (TensorRT-LLM)
+        errors = q.rate(ctx.raw("request_errors", models=not pick), window)
+        out.append(f"({q.sum_by(ctx.group, pick(errors) if pick else errors)} or {zero})")
     if ctx.has("admission_rejections"):
         if pick:
             rejected = pick(q.rate(ctx.raw("admission_rejections", models=False), window))
@@ -107,6 +118,9 @@ def record_failures(r: Recorder) -> None:
         parts.append(r.ref("failed_finishes"))
     if ctx.has("http_requests"):
         r.add("http_5xx", "http_server_errors", "rate", f"{http_by_model(ctx, '5xx', ctx.window)} or {zero}")
+        parts.append(r.ref("http_5xx"))
+    if ctx.has("request_errors"):
+        r.add("http_5xx", "http_server_errors", "rate", f"{ctx.sum_rate('request_errors')} or {zero}")
         parts.append(r.ref("http_5xx"))
     if ctx.has("admission_rejections"):
         r.add("rejected", "requests_rejected", "rate", f"{ctx.sum_rate('admission_rejections')} or {zero}")
@@ -159,7 +173,10 @@ def hung_replicas(r: Recorder) -> str:
 def held(ctx: Context, key: str) -> str:
     """A per-engine gauge, gap-tolerant (HELD_WINDOW) and counted once when two monitors scrape
     the same pod (they differ only in discovery labels such as `service` or `endpoint`)."""
-    return q.max_by(engine_labels(ctx), f"last_over_time({ctx.raw(key)}[{HELD_WINDOW}])")
+    latest = q.max_by(scheduler_labels(ctx), f"last_over_time({ctx.raw(key)}[{HELD_WINDOW}])")
+    if scheduler_labels(ctx) == engine_labels(ctx):
+        return latest
+    return q.sum_by(engine_labels(ctx), latest)  # a replica holds what its schedulers hold
 
 
 def record_liveness(r: Recorder) -> None:

@@ -60,9 +60,10 @@ def _requests(r: Recorder) -> None:
     liveness.record_failures(r)
     # numerator and denominator from one read of the rate by reason: a share between 0 and 1
     all_reasons = q.sum_by(g, r.ref("finish_by_reason"))
-    for reason, key in (("length", "length_ratio"), ("abort", "abort_ratio")):
+    # the engine's own name of a client's give-up (TensorRT-LLM: cancelled), recorded as abort
+    for name, reason, key in (("length", "length", "length_ratio"), ("abort", ctx.catalog.abort_reason, "abort_ratio")):
         num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
-        r.add(key, f"request_{reason}_finish", "ratio", q.ratio(f"{num} or ({all_reasons} * 0)", all_reasons))
+        r.add(key, f"request_{name}_finish", "ratio", q.ratio(f"{num} or ({all_reasons} * 0)", all_reasons))
 
 
 def _latencies(r: Recorder) -> None:
@@ -84,6 +85,8 @@ def _latencies(r: Recorder) -> None:
     if pools:
         # the prefill pool's own view: its legs run with max_tokens=1, so TTFT there is queue + prefill
         for key, subject in (("ttft", "ttft_seconds"), ("prefill_time", "prefill_time_seconds"), ("queue_time", "queue_time_seconds")):
+            if not ctx.has(key):
+                continue  # SGLang has no prefill-time histogram
             _histogram(r, f"prefill_pool_{key}", key, f"prefill_pool_{subject}", ctx.role("prefill"))
 
 
@@ -131,21 +134,21 @@ def _tokens(r: Recorder) -> None:
         ("prompt_length", "prompt_tokens_per_request"),
         ("generation_length", "generation_tokens_per_request"),
     ):
-        r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
+        if ctx.has(key):  # TensorRT-LLM has no per-request token histograms
+            r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
     # the mean generated length feeds the modelled E2E; nothing reads a mean prompt length
-    r.add(
-        "generation_length_mean",
-        "generation_tokens_per_request",
-        "mean",
+    if ctx.has("generation_length"):
         # from _count, not the bucket rate's +Inf: the tokens-per-request alert reads this mean every
         # evaluation, and the generation-length buckets are read by a dashboard panel only (at 1m)
-        q.ratio(ctx.sum_rate("generation_length", "_sum"), ctx.sum_rate("generation_length", "_count")),
-    )
+        mean = q.ratio(ctx.sum_rate("generation_length", "_sum"), ctx.sum_rate("generation_length", "_count"))
+    else:  # generated tokens over finished requests (an approximation: aborted requests count tokens too)
+        mean = q.ratio(r.ref("generation_tps"), r.ref("finished"))
+    r.add("generation_length_mean", "generation_tokens_per_request", "mean", mean)
     # per-user speeds: tokens per second one request stream sees (tok/s/user); 0 where requests
     # finish but none decodes a second token (every answer empty), not a missing series
     silent = f"({r.ref('finished')} > 0 and {q.on(g)} {r.ref('generation_length_mean')} <= 1) * 0"
     r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", f"{output_speed(r)} or {silent}")
-    if ctx.has("prefill_time"):
+    if ctx.has("prefill_time") and ctx.has("prompt_length"):
         r.add(
             "prefill_speed_per_user",
             "prefill_speed_per_user",
@@ -194,7 +197,7 @@ def _engine(r: Recorder) -> None:
     r.add("kv_cache_usage", "kv_cache_usage", "max", q.max_by(g, kv))
     # each engine (data-parallel rank) has its own KV pool and scheduler queue: a full cache is
     # saturation only where requests wait behind it, so pair the two per engine before taking the max
-    queueing = f"{kv} and {q.on(liveness.engine_labels(ctx))} {waiting} > 0"
+    queueing = f"{kv} and {q.on(liveness.scheduler_labels(ctx))} {waiting} > 0"
     # per replica: saturation is an imbalance to name (one hot replica), not a fleet-wide figure
     replica_kv = q.max_by(liveness.replica_labels(ctx), queueing)
     r.add("replica_kv_cache_usage_queueing", "replica_kv_cache_usage_with_waiting", "max", replica_kv)
@@ -203,7 +206,7 @@ def _engine(r: Recorder) -> None:
     # per replica (and pool): the queue-outlier alert compares each replica with its pool's median
     replica = tuple(dict.fromkeys((*liveness.replica_labels(ctx), *pool_label(ctx))))
     # each engine counted once where two monitors scrape the same pod (only discovery labels differ)
-    engines = tuple(dict.fromkeys((*liveness.engine_labels(ctx), *pool_label(ctx))))
+    engines = tuple(dict.fromkeys((*liveness.scheduler_labels(ctx), *pool_label(ctx))))
     r.add("replica_waiting", "replica_requests_waiting", "sum", q.sum_by(replica, q.max_by(engines, waiting)))
     # the fleet's queue spread over the replicas that serve the model: a total ignores replica count
     average = f"avg {q.by(g)} ({r.ref('replica_waiting')})"
@@ -215,14 +218,15 @@ def _engine(r: Recorder) -> None:
     if deferred_split(ctx):
         deferred = ctx.raw("requests_waiting_by_reason", extra=(("reason", "=", "deferred"),))
         r.add("waiting_deferred", "requests_waiting_deferred", "sum", q.sum_by(g, deferred))
-    r.add("preemptions", "preemptions", "rate", ctx.sum_rate("preemptions"))
-    # preemptions per finished request: the share of work recomputed, comparable across fleet sizes
-    r.add(
-        "preemptions_per_request",
-        "preemptions_per_finished_request",
-        "ratio",
-        q.ratio(r.ref("preemptions"), r.ref("finished")),
-    )
+    if ctx.has("preemptions"):  # TensorRT-LLM counts none
+        r.add("preemptions", "preemptions", "rate", ctx.sum_rate("preemptions"))
+        # preemptions per finished request: the share of work recomputed, comparable across fleet sizes
+        r.add(
+            "preemptions_per_request",
+            "preemptions_per_finished_request",
+            "ratio",
+            q.ratio(r.ref("preemptions"), r.ref("finished")),
+        )
     if "prefix_caching" in ctx.features:
         if ctx.has("prefix_cache_hits"):
             expr = q.ratio(ctx.sum_rate("prefix_cache_hits"), ctx.sum_rate("prefix_cache_queries"))
@@ -285,7 +289,7 @@ def _features(r: Recorder) -> None:
     ctx = r.ctx
     if "speculative_decoding" in ctx.features:
         _spec_decode(r)
-    if "disaggregated_prefill" in ctx.features:
+    if "disaggregated_prefill" in ctx.features and ctx.has("nixl_xfer_time"):
         _nixl(r)
 
 

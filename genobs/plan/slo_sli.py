@@ -70,7 +70,7 @@ class Sli:
         """Finished requests of any reason (the per-token SLOs' traffic gate)."""
         if self.direct:
             return pick_recorded(self.ctx, self.rec("finished"))
-        return q.sum_by(self.ctx.group, pick(self.ctx, self.raw_rate("request_success")))
+        return q.sum_by(self.ctx.group, pick(self.ctx, self.raw_rate(self.ctx.finished_key)))
 
     # --- success: the server did not fail ---------------------------------
     # Attempts and failures are built from the same recorded inputs (the rate by finish reason,
@@ -84,7 +84,7 @@ class Sli:
         if self.direct:
             finished = q.sum_by(ctx.group, self.rec("finish_by_reason"))
             return pick_recorded(ctx, " + ".join([finished, *self._extra_failures()]))
-        finished = q.sum_by(ctx.group, pick(ctx, self.raw_rate("request_success")))
+        finished = q.sum_by(ctx.group, pick(ctx, self.raw_rate(ctx.finished_key)))
         return " + ".join([finished, *liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)])
 
     def failures(self, bad: tuple[str, ...]) -> str:
@@ -94,7 +94,7 @@ class Sli:
             finished = q.sum_by(g, self.rec("finish_by_reason"))
             terms = [f"({q.sum_by(g, self.rec('finish_by_reason', reasons))} or {finished} * 0)"] if bad else []
             return pick_recorded(ctx, " + ".join(terms + self._extra_failures()))
-        finished = q.sum_by(g, pick(ctx, self.raw_rate("request_success")))
+        finished = q.sum_by(g, pick(ctx, self.raw_rate(ctx.finished_key)))
         terms = liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)
         if bad:
             # V0 creates a finished_reason series only once seen: absent means 0

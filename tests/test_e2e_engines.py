@@ -1,0 +1,162 @@
+"""End to end for engines other than vLLM: `genobs simulate --engine sglang|trtllm` (a real
+process serving the engine's metric names, labels and buckets from its profile through
+prometheus_client, as the engine serves them) scraped by Debian's Prometheus with the scrape
+job `genobs scrape-config` prints (SGLang: the relabel snippet; TensorRT-LLM: its metrics path)
+and the rules genobs generated for specs/<engine>.yaml (rate window 1m, evaluation 1s). Every
+rule must evaluate cleanly, each injected fault must raise its alert on its own model, the
+healthy model none."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from genobs.cli import main
+from tests.conftest import REPO
+from tests.e2e_support import PROMETHEUS, Prometheus, poll, render_variant, stopping
+
+pytestmark = pytest.mark.slow  # real servers on loopback
+
+HEALTHY = "m-healthy"
+# engine -> fault scenario of `genobs simulate` -> the `signal` label of the alert it must raise
+FAULTS = {
+    "sglang": {
+        "ttft_degradation": "ttft",
+        "abort_surge": "abort",  # sglang:num_aborted_requests_total
+        "preemption_storm": "preemptions",  # retractions
+        "kv_saturation": "kv_cache",
+    },
+    "trtllm": {
+        "ttft_degradation": "ttft",
+        "abort_surge": "abort",  # finished_reason="cancelled"
+        "spec_acceptance_collapse": "spec_decode_acceptance",  # token_position="0"
+        "kv_saturation": "kv_cache",
+    },
+}
+BANNER = {"sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.2.1"}
+ACTIVE = ("pending", "firing")
+DEADLINE = 150.0
+WARMUP = 75.0
+
+
+class Simulate:
+    """`genobs simulate --engine sglang` in its own process on a free port."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "genobs", "simulate", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        self.banner = self.proc.stdout.readline()
+        if " on http://" not in self.banner:
+            self.stop()
+            raise RuntimeError(f"simulate did not start: {self.banner!r} {self.proc.stderr.read()}")
+        self.url = self.banner.split(" on ", 1)[1].split(" ", 1)[0]
+        self.instance = self.url.removeprefix("http://").split("/", 1)[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture(scope="module", params=sorted(FAULTS))
+def run(request, tmp_path_factory):
+    if not Path(PROMETHEUS).exists():
+        pytest.fail("the prometheus server is required: install Debian's 'prometheus' package (make test does)")
+    engine = request.param
+    spec_path = REPO / "specs" / f"{engine}.yaml"
+    tmp = tmp_path_factory.mktemp(f"e2e-{engine}")
+    out, spec = render_variant(spec_path, tmp, models=[])
+    rule_files = {
+        name.removeprefix("prometheus/"): data
+        for name, data in out.files.items()
+        if name.startswith("prometheus/") and name.endswith(".rules.yaml")
+    }
+    models = [f"--model={HEALTHY}=healthy", *(f"--model=m-{s}={s}" for s in FAULTS[engine])]
+    sim = Simulate("--engine", engine, "--request-rate", "20", "--fault-after", "5", *models)
+    try:
+        # the scrape job `genobs scrape-config` prints for the spec (sglang_ names back to sglang:)
+        args = ["scrape-config", "--target", sim.instance, "--interval", "1s", str(tmp / spec_path.name)]
+        printed = CliRunner().invoke(main, args)
+        assert printed.exit_code == 0, printed.output
+        job = yaml.safe_load(printed.output)["scrape_configs"][0]
+        job["scrape_timeout"] = "1s"
+        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": [job]}
+        prom = Prometheus(tmp, config, rule_files)
+        with stopping([], prom):
+            prom.start()
+            poll(lambda: prom.query("up == 1"), prom.started + 30, 0.5, "a first scrape")
+            yield engine, prom, sim
+    finally:
+        sim.stop()
+
+
+def test_simulated_engine_serves_its_own_names(run) -> None:
+    engine, prom, sim = run
+    assert sim.banner.startswith(f"serving simulated {BANNER[engine]} metrics on ")
+    names = set(prom.label_values("__name__"))
+    if engine == "sglang":
+        assert "sglang:num_running_reqs" in names and "sglang:time_to_first_token_seconds_bucket" in names
+        assert not {n for n in names if n.startswith("sglang_")}, "the relabel snippet restores every sglang: name"
+    else:
+        assert "trtllm_num_requests_running" in names and "trtllm_request_success_total" in names
+
+
+def test_rules_evaluate_cleanly(run) -> None:
+    _, prom, _ = run
+
+    def evaluated():
+        groups = prom.rules()
+        rules = [r for g in groups for r in g["rules"]]
+        return groups if rules and all(r["health"] != "unknown" for r in rules) else None
+
+    groups = poll(evaluated, prom.started + 30, 0.5, "every rule evaluated")
+    bad = [
+        f"{g['name']}: {r.get('name')} {r['health']} {r.get('lastError')!r}"
+        for g in groups
+        for r in g["rules"]
+        if r["health"] != "ok" or r.get("lastError")
+    ]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("scenario", sorted({s for faults in FAULTS.values() for s in faults}))
+def test_fault_raises_its_alert(run, scenario: str) -> None:
+    engine, prom, _ = run
+    if scenario not in FAULTS[engine]:
+        pytest.skip(f"not a fault this test injects on {engine}")
+    model, signal = f"m-{scenario}", FAULTS[engine][scenario]
+
+    def raised():
+        active = [a for a in prom.alerts() if a["labels"].get("model_name") == model and a["state"] in ACTIVE]
+        return active if any(a["labels"].get("signal") == signal for a in active) else None
+
+    try:
+        poll(raised, prom.started + DEADLINE, 1.0, f"{scenario} alert")
+    except TimeoutError:
+        seen = [(a["labels"]["alertname"], a["labels"].get("model_name"), a["state"]) for a in prom.alerts()]
+        pytest.fail(f"{scenario}: no {signal} alert for {model}; active: {seen}")
+
+
+def test_healthy_model_stays_silent(run) -> None:
+    _, prom, _ = run
+    # once the healthy model's 1m windows are full and a few evaluations have run
+    time.sleep(max(0.0, prom.started + WARMUP - time.monotonic()))
+    loud = [a["labels"]["alertname"] for a in prom.alerts() if a["labels"].get("model_name") == HEALTHY]
+    assert not loud, f"alerts for the healthy model: {loud}"
