@@ -300,8 +300,13 @@ class Fleet:
         self.model = data.pop("model_name", models[0] if models else "model")
         self.duration = seconds(data.pop("duration", "60m"))
         self.dialect = data.pop("dialect", service.get("metric_names", "colon"))
-        has_engine = self.version >= version(DATA["engine_label_since"])
-        self.engines = int(data.pop("engines", 2 if has_engine else 1))
+        # the serving engine: vllm, or sglang (series written from its real bodies, DATA["sglang"])
+        self.engine = data.pop("engine", service.get("engine", "vllm"))
+        if self.engine not in ("vllm", "sglang"):
+            raise ValueError(f"engine {self.engine!r}: vllm or sglang")
+        has_engine = self.version >= version(DATA["engine_label_since"]) and self.engine == "vllm"
+        # data-parallel ranks per replica (vLLM engines, SGLang dp_rank schedulers)
+        self.engines = int(data.pop("engines", 2 if has_engine or self.engine != "vllm" else 1))
         self.engine_label = has_engine
         self.max_model_len = int(data.pop("max_model_len", 8192))
         # --custom-histogram-buckets (vLLM >= 0.32): {ttft: [0.1, 0.5, 2.0, ...]} per histogram
@@ -311,6 +316,8 @@ class Fleet:
             raise ValueError(f"custom_buckets: unknown histograms {sorted(unknown)}")
         follows_dp = self.version >= version(DATA["api_server_count_follows_dp_since"])
         self.api_servers = int(data.pop("api_servers", self.engines if follows_dp else 1))
+        if self.engine == "sglang":
+            self.api_servers = 0  # prometheus_client multiprocess mode: no process_* families
         base = merge(DEFAULT_TRAFFIC, data.pop("traffic", {}) or {})
         pools = data.pop("pools", None)
         if pools is None:
@@ -368,7 +375,9 @@ class Fleet:
     # --- naming -------------------------------------------------------------------------
 
     def wire(self, name: str) -> str:
-        return name.replace("vllm:", "vllm_") if self.dialect == "underscore" else name
+        if self.dialect != "underscore":
+            return name
+        return name.replace("vllm:", "vllm_").replace("sglang:", "sglang_")
 
     def steps(self) -> range:
         return range(0, self.duration + 1, STEP)
@@ -377,8 +386,9 @@ class Fleet:
 
     def series(self) -> list[dict[str, str]]:
         out: list[Series] = []
+        kind = SglangReplicaSeries if self.engine == "sglang" else ReplicaSeries
         for r in self.replicas:
-            built = ReplicaSeries(self, r).build()
+            built = kind(self, r).build()
             out.extend(built)
             if self.duplicate_monitor:
                 for one in built:
@@ -715,3 +725,117 @@ def split(total: int, parts: int) -> list[int]:
     """Spread an integer gauge over engines: 5 over 2 engines is 3 + 2."""
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+# Share of requests that stream (is_streaming="true"), as in the real SGLang body (84 %).
+SGLANG_STREAMING = 0.84
+
+
+class SglangReplicaSeries(ReplicaSeries):
+    """Every series one SGLang replica exports (one server, `engines` data-parallel schedulers):
+    names, labels and buckets from DATA["sglang"], a hand copy of the real 0.5.23 bodies. The
+    tokenizer process counts finished requests without a finish reason and aborted ones apart;
+    each scheduler (dp_rank) writes its own gauges, queue time, retractions and prefill tokens."""
+
+    def __init__(self, fleet: Fleet, r: Replica) -> None:
+        self.f, self.r = fleet, r
+        self.series = {}
+        self.version = r.version
+        self.reasons = ["stop", "length", "abort"]  # the traffic model's finishes; SGLang labels none
+        d = DATA["sglang"]
+        base = {"job": fleet.job, "namespace": fleet.namespace, "instance": r.instance, "pod": r.pod}
+        base.update(fleet.target_labels)
+        base.update(r.labels)
+        self.base = tuple(base.items())
+        self.model = (*self.base, ("engine_type", "unified"), ("model_name", fleet.model))  # tokenizer labels
+        sched = (*self.base, ("model_name", fleet.model), *d["scheduler_labels"].items())
+        self.engine = [(*sched, ("dp_rank", str(e))) for e in range(fleet.engines)]
+        self.hists = {}
+        for key, h in d["histograms"].items():
+            bounds = (*(float(b) for b in h["buckets"]), math.inf)
+            self.hists[key] = [(h["name"], bounds, [le_text(b) for b in bounds])]
+
+    def _streams(self, labels: Labels, streaming: bool) -> list[tuple[Labels, float]]:
+        if not streaming:
+            return [(labels, 1.0)]
+        return [
+            ((*labels, ("is_streaming", "true")), SGLANG_STREAMING),
+            ((*labels, ("is_streaming", "false")), 1 - SGLANG_STREAMING),
+        ]
+
+    def _tok_counter(self, key: str, inc: float) -> None:
+        c = DATA["sglang"]["tokenizer_counters"][key]
+        for labels, share in self._streams(self.model, c["streaming"]):
+            self._add(c["name"], labels, inc * share)
+
+    def _tok_hist(self, key: str, n: float, dist: Dist) -> None:
+        h = DATA["sglang"]["histograms"][key]
+        for labels, share in self._streams(self.model, h["streaming"]):
+            self._hist(key, labels, n * share, dist)
+
+    def _step(self, p: dict, first: bool) -> None:
+        f, d = self.f, DATA["sglang"]
+        state = p["state"]
+        flowing = state == "serving" and not first
+        zero = state == "zero_metrics"
+        if zero:  # an unwritable PROMETHEUS_MULTIPROC_DIR: every sglang series reads 0
+            for (name, _), s in self.series.items():
+                if name.startswith("sglang:"):
+                    s.acc = 0.0
+        dt = 0 if first else STEP
+        engines = f.engines
+        spec = p["spec_decode"]
+        accept = list(spec["accept"]) if spec else []
+        tps = 1.0 + sum(accept)  # tokens per verify step
+        out_d = Dist.of(p["output_tokens"])
+        prompt_d = Dist.of(p["prompt_tokens"])
+        itl_d = Dist.of(p["itl"])
+        tpot_d = Dist.of(p["tpot"]) if p["tpot"] is not None else itl_d.scaled(1 / tps)
+        ttft_d = Dist.of(p["ttft"])
+        e2e_d = out_d.shifted(-1).scaled(tpot_d.mean()).shifted(ttft_d.mean()) if p["e2e"] == "auto" else Dist.of(p["e2e"])
+        finish = {k: float(v) for k, v in p["finish"].items()}
+        unknown = set(finish) - set(self.reasons)
+        if unknown:
+            raise ValueError(f"finish {sorted(unknown)}: an SGLang fleet models stop, length and abort")
+        total = sum(finish.values()) or 1.0
+        live = [flowing and e not in p["hung_engines"] for e in range(engines)]
+        # the tokenizer sees the requests of every scheduler that still makes progress
+        n = p["rate"] * dt * sum(live) / engines
+        done = n * (finish.get("stop", 0.0) + finish.get("length", 0.0)) / total
+        self._tok_counter("finished", done)
+        self._tok_counter("aborted", n * finish.get("abort", 0.0) / total)
+        self._tok_counter("prompt_tokens", n * prompt_d.mean())
+        self._tok_counter("generation_tokens", n * out_d.mean())
+        self._tok_hist("ttft", n, ttft_d)
+        self._tok_hist("e2e", done, e2e_d)
+        self._tok_hist("tpot", done, tpot_d)
+        # SGLang spreads each streamed chunk's interval over its tokens: one observation per token
+        self._tok_hist("itl", n * max(out_d.mean() - 1, 0.0), tpot_d)
+        self._tok_hist("prompt_tokens", done, prompt_d)
+        self._tok_hist("output_tokens", done, out_d)
+        kv = p["kv"] if isinstance(p["kv"], list) else [p["kv"]] * engines
+        hit = float(p["prefix_hit"])
+        for e in range(engines):
+            labels = self.engine[e]
+            share = p["rate"] * dt / engines if live[e] else 0.0
+            self._hist("queue", labels, share, Dist.of(p["queue"]))
+            prompt = share * prompt_d.mean()
+            effective = d["scheduler_counters"]["prefill_effective"]
+            for mode, inc in (("input", prompt * (1 - hit)), ("device_hit", prompt * hit), ("host_hit", 0.0), ("storage_hit", 0.0)):
+                self._add(effective, (*labels, ("mode", mode)), inc)
+            retracted = float(p["preemptions"]) * dt / engines if live[e] else 0.0
+            self._add(d["scheduler_counters"]["retractions"], labels, retracted)
+            g = d["gauges"]
+            self._s(g["running"], labels, False).values.append(0.0 if zero else float(split(int(p["running"]), engines)[e]))
+            self._s(g["waiting"], labels, False).values.append(0.0 if zero else float(split(int(p["waiting"]), engines)[e]))
+            self._s(g["kv_usage"], labels, False).values.append(0.0 if zero else float(kv[e]))
+            if spec:  # window means of the last decode log interval
+                rate = sum(accept) / len(accept)
+                self._s(g["spec_accept_rate"], labels, False).values.append(0.0 if zero else rate)
+                self._s(g["spec_accept_length"], labels, False).values.append(0.0 if zero else tps)
+        accepting = state in ("serving", "zero_metrics") and not first
+        rate = p["rate"] if accepting else 0.0
+        http = (("endpoint", p["handler"]), ("method", "POST"))
+        self._add(d["http_responses"], (*self.base, *http, ("status_code", "200")), rate * dt)
+        front = float(p["http_5xx_per_s"]) if accepting else 0.0
+        self._add(d["http_responses"], (*self.base, *http, ("status_code", "503")), (rate * float(p["http_5xx"]) + front) * dt)

@@ -131,7 +131,7 @@ def rule_groups(prom: Path) -> tuple[list[Path], list[str], dict[str, set[str]],
 
 
 def raw_names(exprs: str) -> set[str]:
-    return set(re.findall(r"\bvllm[:_][a-z0-9_:]+", exprs))
+    return set(re.findall(r"\b(?:vllm|sglang)[:_][a-z0-9_:]+", exprs))
 
 
 def query(labels: list[str]) -> str:
@@ -170,7 +170,7 @@ def run(path: Path, tmp: Path, promtool: str) -> None:
     missing = sorted(n for n in raw_names(exprs) if n not in exported and fleet.wire(n) not in exported)
     if missing:
         problems.append(
-            f"the rules read {', '.join(missing)}, which this fleet (vLLM {'.'.join(map(str, fleet.version))}) "
+            f"the rules read {', '.join(missing)}, which this fleet ({fleet.engine} {'.'.join(map(str, fleet.version))}) "
             "does not export: either the rules use a name the version lacks or the fleet misses a family"
         )
     if problems:

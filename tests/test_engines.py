@@ -147,3 +147,36 @@ def test_engine_cannot_back_it_is_a_located_error(tmp_path: Path, engine_lines: 
 def test_disabling_an_unobservable_alert_is_fine(tmp_path: Path):
     result, _ = _build(tmp_path, _spec("  engine: sglang\n", "alerts:\n  length_finish: {enabled: false}\n"))
     assert result.exit_code == 0, result.output
+
+
+def body_label_sets(*files: str) -> dict[str, set[frozenset[str]]]:
+    """Sample name -> the label-name sets it carries in real bodies (without `le`)."""
+    out: dict[str, set[frozenset[str]]] = {}
+    for file in files:
+        for line in (BODIES / file).read_text().splitlines():
+            if line and not line.startswith("#"):
+                name, _, rest = line.partition("{")
+                keys = frozenset(k for k in re.findall(r'(\w+)="', rest.split("}")[0]) if k != "le") if rest else frozenset()
+                out.setdefault(name.split(" ")[0], set()).add(keys)
+    return out
+
+
+def test_sglang_scenario_fleet_exports_what_the_real_body_has():
+    """The scenario fleet (tests/fleet_series.py) writes SGLang series by the real body's names
+    and label sets (plus the scrape's target labels), so the scenarios test against SGLang."""
+    from fleet_series import Fleet
+
+    spec = {"service": {"engine": "sglang", "engine_version": "0.5.23", "selector": {"job": "sglang"}, "models": ["m"]}}
+    fleet = Fleet({"replicas": 1, "engines": 2, "duration": "2m", "traffic": {"spec_decode": {"accept": [0.8, 0.6]}}}, spec)
+    real = body_label_sets(*ENGINE_SPECS["sglang"])
+    target = {"job", "namespace", "instance", "pod"}
+    seen = set()
+    for s in fleet.series():
+        name, _, rest = s["series"].partition("{")
+        if name == "up":
+            continue
+        keys = frozenset(k for k in re.findall(r'(\w+)="', rest) if k != "le") - target
+        assert name in real, f"{name} is not in the real SGLang bodies"
+        assert keys in real[name], f"{name} with labels {sorted(keys)}; the real body has {sorted(map(sorted, real[name]))}"
+        seen.add(name)
+    assert {"sglang:num_running_reqs", "sglang:num_requests_total", "sglang:time_to_first_token_seconds_bucket"} <= seen
