@@ -109,6 +109,8 @@ class Catalog:
     # signal -> how the series genobs reads differs from the signal's meaning
     approximate: tuple[tuple[str, str], ...] = ()
     bucket_flags: tuple[tuple[str, str], ...] = ()  # histogram key -> the engine flag that sets its buckets
+    # labels a plain deployment writes on every engine series with one value (the simulator's exporter)
+    static_labels: tuple[tuple[str, str], ...] = ()
 
     def release(self, v: Version) -> str:
         """'SGLang 0.5.23': the engine and release in messages."""
@@ -200,6 +202,7 @@ def _build(raw: dict) -> Catalog:
         not_observable=tuple((k, " ".join(str(v).split())) for k, v in raw.get("not_observable", {}).items()),
         approximate=tuple((k, " ".join(str(v).split())) for k, v in raw.get("approximate", {}).items()),
         bucket_flags=tuple(raw.get("bucket_flags", {}).items()),
+        static_labels=tuple((k, str(v)) for k, v in raw.get("static_labels", {}).items()),
     )
 
 

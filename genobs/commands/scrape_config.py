@@ -1,4 +1,4 @@
-"""Prometheus scrape configuration for vLLM targets: the `metric_relabel_configs`
+"""Prometheus scrape configuration for engine targets (vLLM, SGLang): the `metric_relabel_configs`
 that undo the `:` -> `_` escaping Prometheus 2.x gets from prometheus_client
 >= 0.23 (OpenMetrics negotiation), and the `genobs scrape-config` command."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import yaml
 
-from genobs.catalog import load_catalog
+from genobs.catalog import ENGINES, load_catalog
 
 
 @functools.cache
@@ -100,18 +100,30 @@ def _spec_selector(spec: Path) -> tuple[str, dict[str, str], str]:
 )
 @click.option("--interval", default=None, help="scrape_interval of this job, e.g. 15s (default: the global one).")
 @click.option("--relabel-only", is_flag=True, help="Print only the metric_relabel_configs list.")
+@click.option(
+    "--engine",
+    "engine_option",
+    type=click.Choice(ENGINES),
+    default=None,
+    help="Engine whose metric prefix is restored (default: the spec's service.engine, else vllm).",
+)
 def scrape_config(
-    spec: Path | None, job: str | None, targets: tuple[str, ...], interval: str | None, relabel_only: bool
+    spec: Path | None,
+    job: str | None,
+    targets: tuple[str, ...],
+    interval: str | None,
+    relabel_only: bool,
+    engine_option: str | None,
 ) -> None:
-    """Print a Prometheus scrape job for vLLM that keeps the metric names' colons.
+    """Print a Prometheus scrape job for an engine (vLLM, SGLang) that keeps the metric names' colons.
 
     prometheus_client >= 0.23 answers Prometheus 2.x's OpenMetrics Accept header
     with `:` escaped to `_`; the job's metric_relabel_configs turn the names back, so
     specs keep `service.metric_names: colon`. With SPEC, the job name and the other
     selector labels (as target labels) come from the spec's service.selector.
     """
-    if relabel_only:
-        click.echo(dump({"metric_relabel_configs": relabel_configs()}), nl=False)
+    if relabel_only and spec is None:
+        click.echo(dump({"metric_relabel_configs": relabel_configs(engine_option or "vllm")}), nl=False)
         return
     if interval is not None and not _DURATION.fullmatch(interval):
         raise click.BadParameter(f"{interval!r} is not a Prometheus duration; write e.g. 15s or 1m", param_hint="--interval")
@@ -133,5 +145,9 @@ def scrape_config(
                 click.echo(str(p), err=True)
             raise SystemExit(2) from None
         job = job or spec_job
+    engine = engine_option or engine
+    if relabel_only:
+        click.echo(dump({"metric_relabel_configs": relabel_configs(engine)}), nl=False)
+        return
     entry = scrape_job(job or "vllm", list(targets) or ["127.0.0.1:9400"], labels, engine=engine, interval=interval)
     click.echo(dump({"scrape_configs": [entry]}), nl=False)

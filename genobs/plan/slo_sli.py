@@ -70,14 +70,14 @@ class Sli:
         """Finished requests of any reason (the per-token SLOs' traffic gate)."""
         if self.direct:
             return pick_recorded(self.ctx, self.rec("finished"))
-        return q.sum_by(self.ctx.group, pick(self.ctx, self.raw_rate("request_success")))
+        return q.sum_by(self.ctx.group, pick(self.ctx, self.raw_rate(self.ctx.finished_key)))
 
     # --- success: the server did not fail ---------------------------------
     def attempts(self) -> str:
         ctx = self.ctx
         if self.direct:
             return pick_recorded(ctx, self.rec("attempted"))
-        finished = q.sum_by(ctx.group, pick(ctx, self.raw_rate("request_success")))
+        finished = q.sum_by(ctx.group, pick(ctx, self.raw_rate(ctx.finished_key)))
         return " + ".join([finished, *liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)])
 
     def failures(self, bad: tuple[str, ...]) -> str:
@@ -90,7 +90,7 @@ class Sli:
             terms = terms if bad else []
             terms += [self.rec(k) for k in ("http_5xx", "rejected") if k in self.recorded]
             return pick_recorded(ctx, " + ".join(terms))
-        finished = q.sum_by(g, pick(ctx, self.raw_rate("request_success")))
+        finished = q.sum_by(g, pick(ctx, self.raw_rate(ctx.finished_key)))
         terms = liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)
         if bad:
             # V0 creates a finished_reason series only once seen: absent means 0

@@ -1,4 +1,5 @@
-"""`genobs simulate` / `python -m genobs.sim`: run a simulated vLLM /metrics exporter until SIGINT/SIGTERM."""
+"""`genobs simulate` / `python -m genobs.sim`: run a simulated engine /metrics exporter (vLLM or SGLang)
+until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 import threading
 
 import click
+
+from genobs.catalog import ENGINES
 
 from .scenarios import DESCRIPTIONS, SCENARIOS, parse_model_spec
 from .simulator import DEFAULT_VERSION, Simulator
@@ -59,7 +62,19 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
     help="TCP port (0 = any free port).",
 )
 @click.option("--addr", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--version", "vllm_version", default=DEFAULT_VERSION, show_default=True, help="vLLM version to mimic.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="vllm",
+    show_default=True,
+    help="Serving engine to mimic: names, labels and buckets come from its profile.",
+)
+@click.option(
+    "--version",
+    "vllm_version",
+    default=None,
+    help=f"Engine version to mimic (default: the newest in the engine's profile; vLLM {DEFAULT_VERSION}).",
+)
 @click.option(
     "--model",
     "models",
@@ -106,7 +121,8 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
 def simulate(
     port: int,
     addr: str,
-    vllm_version: str,
+    engine: str,
+    vllm_version: str | None,
     models: dict[str, str],
     seed: int,
     fault_after: float,
@@ -115,7 +131,7 @@ def simulate(
     spec_decode: bool,
     nixl: bool,
 ) -> None:
-    """Serve a simulated vLLM /metrics endpoint (one scenario per model).
+    """Serve a simulated vLLM or SGLang /metrics endpoint (one scenario per model).
 
     exporter_down closes the whole HTTP server, so run it in a simulator process of its own.
     """
@@ -129,6 +145,7 @@ def simulate(
             fault_after=fault_after,
             request_rate=request_rate,
             data_parallel_size=data_parallel_size,
+            engine=engine,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -141,7 +158,7 @@ def simulate(
     try:
         sim.start(port=port, addr=addr)
         listing = ", ".join(f"{m}={s}" for m, s in sim.models.items())
-        click.echo(f"serving simulated vLLM {'.'.join(map(str, sim.version))} metrics on {sim.url} ({listing})")
+        click.echo(f"serving simulated {sim.catalog.release(sim.version)} metrics on {sim.url} ({listing})")
         sys.stdout.flush()
         reported = False
         while not stop.wait(0.2):

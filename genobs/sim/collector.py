@@ -90,14 +90,18 @@ class FleetCollector:
         engine_label: bool,
         elapsed: Callable[[], float],
         created_at: float | None = None,
+        catalog: Catalog | None = None,
     ):
+        self.catalog = catalog or load_catalog()
         self.fleet = fleet
         self.families = families
         self.version = version
         self.engine_label = engine_label
         self.elapsed = elapsed
         # the V0 engine disabled `<name>_created` samples; the catalog says from when they appear
-        self.created = version >= load_catalog().created_series_since
+        self.created = version >= self.catalog.created_series_since
+        # labels every engine series of a plain deployment carries with one value (SGLang: engine_type)
+        self.static = dict(self.catalog.static_labels)
         self.created_at = time.time() if created_at is None else created_at
         self.reasons = fleet.reasons
 
@@ -125,13 +129,14 @@ class FleetCollector:
             return GC_GENERATIONS
         if label == "position":
             return tuple(str(i) for i in range(SPEC_TOKENS))
-        values = next((m.values_of(label) for m in load_catalog().metrics.values() if m.values_of(label)), ())
+        values = next((m.values_of(label) for m in self.catalog.metrics.values() if m.values_of(label)), ())
         if values:
             return values
         raise ValueError(f"simulator does not know the values of catalog label {label!r}")
 
     def _series_labels(self, s: SeriesState) -> list[str]:
-        return [s.model, s.rank] if self.engine_label else [s.model]
+        static = list(self.static.values())
+        return [s.model, s.rank, *static] if self.engine_label else [s.model, *static]
 
     def _info_family(self, f: Family) -> Metric:
         """vllm:cache_config_info: value 1, the CacheConfig fields as labels (as vLLM 0.33 logs them at start;
@@ -149,14 +154,20 @@ class FleetCollector:
             return self._info_family(f)
         if f.key == "http_requests":
             return self._http_family(f)
+        if m.labels == ("mode",):
+            return self._prefill_modes(f)
+        if f.key == "requests_finished":  # no finish reasons: stop and length finishes, aborts apart
+            return self._counter_of(f, lambda s: sum(s.counter("request_success", r) for r in ("stop", "length")))
+        if f.key == "requests_aborted":
+            return self._counter_of(f, lambda s: s.counter("request_success", "abort"))
         if len(m.labels) > 1:
             raise ValueError(f"simulator supports at most one extra label, {f.key} has {m.labels}")
         extra = m.labels[0] if m.labels else None
         if m.process:
             return self._process_family(f, extra)
         per_rank = self.engine_label and m.engine_label
-        names = ["model_name", "engine"] if per_rank else ["model_name"]
-        names += list(m.labels)
+        names = ["model_name", self.catalog.rank_label] if per_rank else ["model_name"]
+        names += [*self.static, *m.labels]
         if extra and m.type != "counter" and f.key not in LABELLED_GAUGES:
             raise ValueError(f"simulator supports extra labels on counters only, not on {f.key}")
         extra_values = self._extra_values(extra, m) if extra else ("",)
@@ -166,7 +177,7 @@ class FleetCollector:
                 for v in extra_values:
                     total = sum(s.counter(f.key, v) for s in self.fleet.series if s.model == model)
                     created = self.created_at if self.created else None
-                    fam.add_metric([model] + ([v] if extra else []), total, created=created)
+                    fam.add_metric([model, *self.static.values()] + ([v] if extra else []), total, created=created)
             return fam
         if m.type == "counter":
             fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
@@ -198,6 +209,25 @@ class FleetCollector:
                     fam.samples.append(Sample(f.wire + "_created", dict(zip(names, labels)), self.created_at))
             return fam
         raise ValueError(f"simulator cannot expose metric type {m.type!r} ({f.key})")
+
+    def _counter_of(self, f: Family, value: Callable[[SeriesState], float]) -> Metric:
+        """A counter without extra labels, one series per model and rank."""
+        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self.static]
+        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
+        for s in self.fleet.series:
+            fam.add_metric(self._series_labels(s), value(s))
+        return fam
+
+    def _prefill_modes(self, f: Family) -> Metric:
+        """SGLang's sglang:prefill_effective_tokens_total: prefix-cache hits and queries are one counter
+        by mode (input = computed tokens, device_hit = tokens served from the cache)."""
+        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self.static, "mode"]
+        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
+        for s in self.fleet.series:
+            hits, queries = s.counter("prefix_cache_hits"), s.counter("prefix_cache_queries")
+            for mode, value in (("input", queries - hits), ("device_hit", hits), ("host_hit", 0.0), ("storage_hit", 0.0)):
+                fam.add_metric([*self._series_labels(s), mode], value)
+        return fam
 
     def _http_family(self, f: Family) -> Metric:
         """http_requests_total: the answers the API server gave, one per request the engine finished,

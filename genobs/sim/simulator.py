@@ -9,13 +9,14 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-from genobs.catalog import Version, format_version, load_catalog, parse_version
+from genobs.catalog import ENGINES, Version, format_version, load_catalog, parse_version
 
 from .collector import FleetCollector, plan_families
 from .scenarios import DESCRIPTIONS, NEEDS_NIXL, NEEDS_SPEC_DECODE, SCENARIOS
 from .traffic import Fleet
 
 DEFAULT_VERSION = "0.33.0"
+UNLABELLED_REASONS = ("stop", "length", "abort")
 DEFAULT_MODELS = {"demo-model": "healthy"}
 #: exporter_down: seconds of normal service after --fault-after before the server closes.
 EXPORTER_DOWN_DELAY = 2.0
@@ -32,7 +33,7 @@ class Simulator:
 
     def __init__(
         self,
-        version: str | Version = DEFAULT_VERSION,
+        version: str | Version | None = None,
         models: Mapping[str, str] | None = None,
         *,
         seed: int = 0,
@@ -43,12 +44,17 @@ class Simulator:
         data_parallel_size: int = 2,
         clock: Callable[[], float] | None = None,
         exporter_down_delay: float = EXPORTER_DOWN_DELAY,
+        engine: str = "vllm",
     ):
-        catalog = load_catalog()
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+        catalog = load_catalog(engine)
+        if version is None:
+            version = catalog.max_version
         v = parse_version(version) if isinstance(version, str) else tuple(version)
         if not catalog.min_version <= v <= catalog.max_version:
             raise ValueError(
-                f"vLLM {format_version(v)} is outside the catalog's range "
+                f"{catalog.display_name} {format_version(v)} is outside the catalog's range "
                 f"{format_version(catalog.min_version)}-{format_version(catalog.max_version)}"
             )
         self.models = dict(DEFAULT_MODELS if models is None else models)
@@ -75,7 +81,7 @@ class Simulator:
         self._clock = clock or time.monotonic
         self._t0 = self._clock()
 
-        self.engine_label = v >= catalog.engine_label_since
+        self.engine_label = catalog.has_rank_label(v)
         ranks: tuple[str | None, ...] = (
             tuple(str(i) for i in range(data_parallel_size)) if self.engine_label else (None,)
         )
@@ -91,14 +97,17 @@ class Simulator:
             self.models,
             ranks,
             hist_buckets,
-            catalog.reasons_for(v),
+            # an engine without finish reasons still finishes requests as stop, length or abort
+            catalog.reasons_for(v) or UNLABELLED_REASONS,
             seed=seed,
             request_rate=request_rate,
             fault_after=fault_after,
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
-            FleetCollector(self.fleet, self.families, version=v, engine_label=self.engine_label, elapsed=self.elapsed)
+            FleetCollector(
+                self.fleet, self.families, version=v, engine_label=self.engine_label, elapsed=self.elapsed, catalog=catalog
+            )
         )
         self.down = threading.Event()  # set once exporter_down has closed the server
         self._httpd = None
