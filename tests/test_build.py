@@ -65,7 +65,7 @@ def test_cli_build_writes_every_output_and_promtool_accepts_it(spec: Path, tmp_p
     rules = sorted((target / "prometheus").glob("*.rules.yaml"))
     names = {r.name for r in rules}
     assert {"alerts.rules.yaml", "recording.rules.yaml"} <= names
-    assert names <= {"alerts.rules.yaml", "recording.rules.yaml", "slo.rules.yaml", "capacity.rules.yaml", "gateway.rules.yaml"}
+    assert names <= {"alerts.rules.yaml", "recording.rules.yaml", "slo.rules.yaml", "capacity.rules.yaml", "gateway.rules.yaml", "gateway-slo.rules.yaml"}
     proc = subprocess.run(
         [promtool, "check", "rules", "--lint=all", "--lint-fatal", *map(str, rules)], capture_output=True, text=True
     )

@@ -205,3 +205,11 @@ def test_alertmanager_pages_once_the_gateway_silences_the_pods_warnings(tmp_path
         # one page: the gateway's; its own warning and the pods' TTFT warning of the model are
         # silenced; another model, a cause (KV), another signal and another job stay active
         _assert_inhibited(url, alerts, [gw_warning, pod_warning])
+    # the first-token SLO read at the gateway burns too: its fast burn is the one page left
+    fast = alert("SloFirstTokenErrorBudgetBurnFast", "critical", "ttft", "llm-d-epp", slo="first-token")
+    slow = alert("SloFirstTokenErrorBudgetBurnSlow", "warning", "ttft", "llm-d-epp", slo="first-token")
+    pace = alert("SloTokenPaceErrorBudgetBurnSlow", "warning", "itl", "vllm-pool", slo="token-pace")
+    burning = [fast, slow, gw_page, gw_warning, pod_warning, pace, kv]
+    (tmp_path / "burn").mkdir()
+    with _running(tmp_path / "burn", config) as url:
+        _assert_inhibited(url, burning, [slow, gw_page, gw_warning, pod_warning])

@@ -256,9 +256,13 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
     if ctx is not None:
         _check_observable(ctx, overrides, report)
         resolved = [a for a in resolved if ctx.catalog.missing_reason(a.signal) is None]
-        slo.validate(doc, ctx, report)
+        gctx = gateway.gateway_context(doc, ctx, problems)
+        at_gateway = gateway.slo_indices(doc, gctx)
+        pods = frozenset(range(len(spec.slos))) - at_gateway
+        slo.validate(doc, ctx, report, only=pods if gctx else None)
+        if gctx is not None:
+            slo.validate(doc, gctx, report, only=at_gateway)
         capacity.validate(doc, ctx, report)
-        gateway.gateway_context(doc, ctx, problems)
     return ctx, resolved, problems
 
 
@@ -377,7 +381,17 @@ def assemble(doc: SpecDocument) -> Assembly:
     # user-facing pages the gateway takes over: the pods' alerts keep their warnings
     pods = resolved if gw is None else gateway.demote(resolved, gw.taken_over)
     alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(pods)
-    slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names)
+    gw_slos = None
+    if gw is None:
+        slos = pod_slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names)
+    else:  # the SLOs the gateway observes read it, the others the pods
+        at_gateway = gateway.slo_indices(doc, gctx)
+        pod_slos = slo.build_slos(gateway.with_slos(doc, at_gateway, False), ctx, base_url, spec.team, rec.names)
+        gw_slos = gateway.marked(
+            slo.build_slos(gateway.with_slos(doc, at_gateway, True), gctx, base_url, spec.team, gw.names)
+        )
+        slos = gateway.merge_slos(gw_slos, pod_slos)
+        gw = gateway.with_inhibit(gw, ctx, slo_alerts(gw_slos))
     cap = capacity.build(doc, ctx, rec, base_url, spec.team)
     readers = (*alerts, *slos.rules, *slos.long_rules, *(cap.rules if cap else ()))
     fast, panels = split_recording(tuple(rec.rules), readers)
@@ -386,11 +400,11 @@ def assemble(doc: SpecDocument) -> Assembly:
         interval = panels_interval(spec.evaluation_interval)
         groups += (RuleGroup(naming.group(spec.name, "recording-panels"), interval, panels),)
     groups += (RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),)
-    if slos.rules:
-        groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
-    if slos.long_rules:
+    if pod_slos.rules:
+        groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, pod_slos.rules),)
+    if pod_slos.long_rules:
         interval = slo.long_interval(spec.evaluation_interval)
-        groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, slos.long_rules),)
+        groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, pod_slos.long_rules),)
     preset = preset_data()[spec.use_case]
     title = spec.dashboard.title or f"{ctx.catalog.display_name} - {spec.name}"
     dashboard = Dashboard(
@@ -417,6 +431,7 @@ def assemble(doc: SpecDocument) -> Assembly:
     if gw is not None:  # checked by scenarios through promtool (tests/scenarios/gateway_*.yaml), not generated tests
         gw_rules = links.with_dashboard_urls(gw.rules, grafana, dashboard)
         groups += (RuleGroup(naming.group(spec.name, "gateway"), spec.evaluation_interval, gw_rules),)
+        groups += gateway.slo_groups(spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard))
     cap_group = None
     if cap is not None:
         cap_group = RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules)

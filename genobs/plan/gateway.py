@@ -21,9 +21,11 @@ from genobs.errors import Problem
 from genobs.plan import liveness
 from genobs.plan.alerts import Resolved, format_threshold, labels_template
 from genobs.plan.context import Context
-from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, RunbookEntry, Severity, Target
+from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, RuleGroup, RunbookEntry, Severity, Target
 from genobs.plan.recorder import Recorder
 from genobs.plan.recording import _histogram
+from genobs.plan.slo import long_interval
+from genobs.plan.slo_sli import MARKER
 
 _HUMANIZE = {"seconds": "humanizeDuration", "ratio": "humanizePercentage"}
 # histogram key -> recorded subject at the gateway
@@ -93,6 +95,7 @@ class GatewayPlan:
     inhibit: tuple[dict, ...]
     taken_over: frozenset[str]  # pod alerts whose page the gateway took
     raw: frozenset[str]  # wire names the gateway's rules read
+    names: dict[str, str]  # signal key -> recorded name, for the SLOs that read the gateway
 
 
 def covered(gctx: Context) -> frozenset[str]:
@@ -249,9 +252,11 @@ def _matcher(label: str, op: str, value: str) -> str:
     return f"{label}{op}{q.quote(value)}"
 
 
-def _inhibit(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[dict, ...]:
+def _inhibit(gctx: Context, ctx: Context, alerts: list[AlertRule], burns: tuple[AlertRule, ...] = ()) -> tuple[dict, ...]:
     """A gateway page silences its own warning; a gateway alert silences the warnings of the pod
-    alert it took over, for the same model (labels both sides carry with the same meaning)."""
+    alert it took over, for the same model (labels both sides carry with the same meaning); an SLO
+    read at the gateway burning fast silences its slow burn and the gateway's and the pods'
+    threshold alerts of its signal (a fast burn every severity of the gateway's, a slow burn warnings)."""
     names = sorted({a.name for a in alerts})
     if not names:
         return ()
@@ -270,6 +275,7 @@ def _inhibit(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[dict
             "equal": ["alertname", *gctx.group],
         }
     ]
+    rules += _burn_rules(gctx, ctx, alerts, burns, gw_fixed, pod_fixed, shared)
     for name in names:
         pod = gateway_data()["alerts"][name]["takes_over"]
         rules.append(
@@ -280,6 +286,44 @@ def _inhibit(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[dict
             }
         )
     return tuple(rules)
+
+
+def _burn_rules(gctx, ctx, alerts, burns, gw_fixed, pod_fixed, shared) -> list[dict]:
+    fast = sorted({a.name for a in burns if a.severity == "critical"})
+    slow = sorted({a.name for a in burns if a.severity != "critical"})
+    out: list[dict] = []
+    if fast and slow:
+        out.append(
+            {
+                "source_matchers": [_matcher("alertname", "=~", q.any_of(fast)), *gw_fixed],
+                "target_matchers": [_matcher("alertname", "=~", q.any_of(slow)), *gw_fixed],
+                "equal": ["slo", *gctx.group],
+            }
+        )
+    signals = {a.signal for a in burns}
+    mine = sorted({a.name for a in alerts if a.signal in signals})
+    theirs = sorted({gateway_data()["alerts"][n]["takes_over"] for n in mine})
+    for source, severities in ((fast, ""), (slow, "warning|info")):
+        if not source or not mine:
+            continue
+        sev = [_matcher("severity", "=~", severities)] if severities else []
+        out.append(
+            {
+                "source_matchers": [_matcher("alertname", "=~", q.any_of(source)), *gw_fixed],
+                "target_matchers": [_matcher("alertname", "=~", q.any_of(mine)), *sev, *gw_fixed],
+                "equal": ["signal", *gctx.group],
+            }
+        )
+        out.append(
+            {
+                "source_matchers": [_matcher("alertname", "=~", q.any_of(source)), *gw_fixed],
+                "target_matchers": [
+                    _matcher("alertname", "=~", q.any_of(theirs)), 'severity=~"warning|info"', *pod_fixed
+                ],
+                "equal": ["signal", *shared],
+            }
+        )
+    return out
 
 
 def _row(gctx: Context, r: Recorder, pod_names: dict[str, str], ctx: Context) -> Row:
@@ -350,6 +394,7 @@ def build_gateway(
         inhibit=_inhibit(gctx, ctx, alerts),
         taken_over=covered(gctx),
         raw=frozenset(raw),
+        names=dict(r.names),
     )
 
 
@@ -365,3 +410,60 @@ def capability_lines(gctx: Context, ctx: Context) -> list[str]:
                 f"{a['takes_over']} keeps paging from the pods ({ctx.release})"
             )
     return out
+
+
+# SLIs a gateway can serve, where its release has the histogram (success: its error counter)
+_GATEWAY_SLIS = {"success": None, "ttft": "ttft", "e2e": "e2e"}
+
+
+def slo_indices(doc, gctx: Context | None) -> frozenset[int]:
+    """The spec's SLOs the gateway reads: users' view, where the gateway's release observes the SLI."""
+    if gctx is None:
+        return frozenset()
+    out = set()
+    for i, s in enumerate(doc.spec.slos):
+        if s.sli in _GATEWAY_SLIS and (_GATEWAY_SLIS[s.sli] is None or gctx.has(_GATEWAY_SLIS[s.sli])):
+            out.add(i)
+    return frozenset(out)
+
+
+def with_slos(doc, indices: frozenset[int], inside: bool):
+    """`doc` with only the SLOs at `indices` (inside) or only the others."""
+    kept = [s for i, s in enumerate(doc.spec.slos) if (i in indices) == inside]
+    return replace(doc, spec=doc.spec.model_copy(update={"slos": kept}))
+
+
+def marked(slos):
+    """The gateway's SloPlan with its model marker labelled layer="gateway": two rules recording
+    one name with the same labels would be ambiguous."""
+    own = tuple(
+        replace(r, labels=(*r.labels, ("layer", "gateway"))) if getattr(r, "record", None) == MARKER else r
+        for r in slos.rules
+    )
+    return replace(slos, rules=own)
+
+
+def slo_groups(spec, slos, linked) -> tuple[RuleGroup, ...]:
+    """The gateway's SLO rules in their own groups (gateway-slo.rules.yaml), beside the pods'."""
+    out: tuple[RuleGroup, ...] = ()
+    if slos is not None and slos.rules:
+        out += (RuleGroup(naming.group(spec.name, "gateway-slo"), spec.evaluation_interval, linked(slos.rules)),)
+    if slos is not None and slos.long_rules:
+        interval = long_interval(spec.evaluation_interval)
+        out += (RuleGroup(naming.group(spec.name, "gateway-slo-long"), interval, linked(slos.long_rules)),)
+    return out
+
+
+def merge_slos(first, second):
+    """Two SloPlans as one (dashboard rows, runbook): the gateway's SLOs first."""
+    return replace(
+        first,
+        rules=first.rules + second.rules,
+        rows=first.rows + second.rows,
+        runbook=first.runbook + second.runbook,
+        long_rules=first.long_rules + second.long_rules,
+    )
+
+
+def with_inhibit(gw: GatewayPlan, ctx: Context, burns: list[AlertRule]) -> GatewayPlan:
+    return replace(gw, inhibit=_inhibit(gw.ctx, ctx, list(gw.alerts), tuple(burns)))

@@ -31,7 +31,8 @@ def failed_reasons(ctx: Context) -> tuple[str, ...]:
     reasons = ctx.catalog.reasons_for(ctx.version)
     if "error" in reasons:
         return ("error",)
-    return () if ctx.has("http_requests") else ("abort",)
+    # a gateway counts its error answers itself (no finish reasons)
+    return () if ctx.has("http_requests") or ctx.has("request_errors") else ("abort",)
 
 
 def _http(ctx: Context, status: str, handlers: bool = True) -> str:
@@ -53,6 +54,8 @@ def http_by_model(ctx: Context, status: str, window: str, pick: Callable[[str], 
 
 def success_wording(ctx: Context, objective: str, bad: list[str]) -> str:
     sources = [f"finished_reason {', '.join(bad)}"] if bad else []
+    if ctx.has("request_errors"):
+        sources.append(f"error answers of the {ctx.catalog.display_name}")
     if ctx.has("http_requests"):
         sources.append("HTTP 5xx")
     if ctx.has("admission_rejections"):
