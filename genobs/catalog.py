@@ -206,6 +206,7 @@ def _build(raw: dict) -> Catalog:
     )
 
 
+GATEWAYS = ("llm-d-epp",)  # profiles of a layer in front of the engines (spec `gateway:`)
 ENGINES = ("vllm", "sglang")  # one profile file per engine: genobs/data/<engine>.yaml
 
 

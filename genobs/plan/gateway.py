@@ -124,7 +124,7 @@ def demote(resolved: list[Resolved], taken: frozenset[str]) -> list[Resolved]:
 def _record(gctx: Context) -> Recorder:
     r = Recorder(gctx)
     g = gctx.group
-    r.add("attempted", "gateway_requests", "rate", gctx.sum_rate("requests_total"))
+    r.add("attempted", "gateway_requests", "rate", gctx.sum_rate("requests_finished"))
     errors = f"{gctx.sum_rate('request_errors')} or ({r.ref('attempted')} * 0)"
     r.add("failed", "gateway_request_errors", "rate", errors)
     # requests rejected before the body is parsed count as errors only: both sides are summed
