@@ -28,6 +28,9 @@ SCALE = {
     "5000 models x 50 SLOs": (50, 5000),
 }
 TIMED_OUT = (float("inf"), float("inf"))
+# example specs of the other engines, each against the vLLM chat spec (target: at most 1.2x)
+ENGINE_SPECS = ("specs/sglang.yaml", "specs/trtllm.yaml")
+ENGINE_TARGET = 1.2
 
 
 def _once(cmd: list[str], timeout: float | None) -> tuple[float, float, float]:
@@ -99,6 +102,9 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true", help="also the large specs (minutes; one run each)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds before a large-spec build is stopped")
     parser.add_argument("--slos-only", action="store_true", help="only the 100, 300 and 1000 SLO builds of --scale")
+    parser.add_argument(
+        "--engines-only", action="store_true", help="only the other engines' example specs against specs/chat.yaml"
+    )
     args = parser.parse_args()
     genobs = [sys.executable, "-m", "genobs"]
     rows: list[tuple[str, float, float, float, str]] = []
@@ -108,6 +114,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         if not args.slos_only:
+            # an engine's spec builds as fast as the vLLM chat spec (within ENGINE_TARGET); in turns
+            builds = [[*genobs, "build", "--no-check", s, "-o", tmp] for s in ("specs/chat.yaml", *ENGINE_SPECS)]
+            chat, *others = measure_together(builds, args.runs)
+            rows.append(("build --no-check specs/chat.yaml", *chat, "vLLM: the reference"))
+            for spec, found in zip(ENGINE_SPECS, others):
+                over = found[1] / chat[1]
+                verdict = "ok" if over <= ENGINE_TARGET else f"ABOVE the {ENGINE_TARGET:g}x target"
+                rows.append((f"build --no-check {spec}", *found, f"{ratio(found, chat, 'chat.yaml')}: {verdict}"))
+        if not (args.slos_only or args.engines_only):
             # each ratio's two commands run in turns (measure_together)
             deps, helped, one = measure_together(
                 [

@@ -51,8 +51,17 @@ class MetricDef:
     engine_label: bool = True  # carries the rank label (vLLM engine="<rank>") on versions that have it
     matchers: tuple[tuple[str, str, str], ...] = ()  # fixed matchers: one counter read as two signals
     capability: str = "exact"  # exact | approx: a related series with other semantics
+    # genobs' label name -> the engine's (TensorRT-LLM: position -> token_position)
+    label_aliases: tuple[tuple[str, str], ...] = ()
     # version -> wire name: a build asks tens of thousands of times for a few dozen names
     _names: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def wire_label(self, label: str) -> str:
+        return dict(self.label_aliases).get(label, label)
+
+    def fixed_labels(self) -> dict[str, str]:
+        """The equality matchers of the profile, as labels every series of this signal carries."""
+        return {name: value for name, op, value in self.matchers if op == "="}
 
     def values_of(self, label: str) -> tuple[str, ...]:
         return dict(self.label_values).get(label, ())
@@ -111,6 +120,8 @@ class Catalog:
     bucket_flags: tuple[tuple[str, str], ...] = ()  # histogram key -> the engine flag that sets its buckets
     # labels a plain deployment writes on every engine series with one value (the simulator's exporter)
     static_labels: tuple[tuple[str, str], ...] = ()
+    abort_reason: str = "abort"  # the finish reason of a request the client gave up on
+    metrics_path: str = "/metrics"  # where the engine serves Prometheus text
 
     def release(self, v: Version) -> str:
         """'SGLang 0.5.23': the engine and release in messages."""
@@ -178,6 +189,7 @@ def _build(raw: dict) -> Catalog:
             label_values=tuple((k, tuple(str(x) for x in v)) for k, v in m.get("label_values", {}).items()),
             matchers=tuple((str(a), str(b), str(c)) for a, b, c in m.get("matchers", [])),
             capability=str(m.get("capability", "exact")),
+            label_aliases=tuple((str(k), str(v)) for k, v in m.get("label_aliases", {}).items()),
         )
     sv = raw["supported_versions"]
     never = (10**6, 0, 0)  # an engine without the rank label, or without the feature
@@ -203,11 +215,13 @@ def _build(raw: dict) -> Catalog:
         approximate=tuple((k, " ".join(str(v).split())) for k, v in raw.get("approximate", {}).items()),
         bucket_flags=tuple(raw.get("bucket_flags", {}).items()),
         static_labels=tuple((k, str(v)) for k, v in raw.get("static_labels", {}).items()),
+        abort_reason=raw.get("abort_reason", "abort"),
+        metrics_path=raw.get("metrics_path", "/metrics"),
     )
 
 
 GATEWAYS = ("llm-d-epp",)  # profiles of a layer in front of the engines (spec `gateway:`)
-ENGINES = ("vllm", "sglang")  # one profile file per engine: genobs/data/<engine>.yaml
+ENGINES = ("vllm", "sglang", "trtllm")  # one profile file per engine: genobs/data/<engine>.yaml
 
 
 @functools.cache

@@ -68,8 +68,10 @@ class Roles(_Model):
 
 
 class Service(_Model):
-    engine: Literal["vllm", "sglang"] = Field(
-        "vllm", description="Serving engine: vllm or sglang; picks the engine profile (metric names, labels, buckets)."
+    engine: Literal["vllm", "sglang", "trtllm"] = Field(
+        "vllm",
+        description="Serving engine: vllm, sglang or trtllm (trtllm-serve); picks the engine profile (metric names, "
+        "labels, buckets).",
     )
     engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
         None, description="Engine release, e.g. '0.33' or '0.11.1'; picks metric names. Default: newest in the catalog."

@@ -302,11 +302,12 @@ class Fleet:
         self.dialect = data.pop("dialect", service.get("metric_names", "colon"))
         # the serving engine: vllm, or sglang (series written from its real bodies, DATA["sglang"])
         self.engine = data.pop("engine", service.get("engine", "vllm"))
-        if self.engine not in ("vllm", "sglang"):
-            raise ValueError(f"engine {self.engine!r}: vllm or sglang")
+        if self.engine not in ("vllm", "sglang", "trtllm"):
+            raise ValueError(f"engine {self.engine!r}: vllm, sglang or trtllm")
         has_engine = self.version >= version(DATA["engine_label_since"]) and self.engine == "vllm"
-        # data-parallel ranks per replica (vLLM engines, SGLang dp_rank schedulers)
-        self.engines = int(data.pop("engines", 2 if has_engine or self.engine != "vllm" else 1))
+        # data-parallel ranks per replica (vLLM engines, SGLang dp_rank schedulers; trtllm-serve has none)
+        ranks = {"vllm": 2 if has_engine else 1, "sglang": 2, "trtllm": 1}[self.engine]
+        self.engines = int(data.pop("engines", ranks))
         self.engine_label = has_engine
         self.max_model_len = int(data.pop("max_model_len", 8192))
         # --custom-histogram-buckets (vLLM >= 0.32): {ttft: [0.1, 0.5, 2.0, ...]} per histogram
@@ -316,7 +317,7 @@ class Fleet:
             raise ValueError(f"custom_buckets: unknown histograms {sorted(unknown)}")
         follows_dp = self.version >= version(DATA["api_server_count_follows_dp_since"])
         self.api_servers = int(data.pop("api_servers", self.engines if follows_dp else 1))
-        if self.engine == "sglang":
+        if self.engine != "vllm":
             self.api_servers = 0  # prometheus_client multiprocess mode: no process_* families
         base = merge(DEFAULT_TRAFFIC, data.pop("traffic", {}) or {})
         pools = data.pop("pools", None)
@@ -389,7 +390,7 @@ class Fleet:
 
     def series(self) -> list[dict[str, str]]:
         out: list[Series] = []
-        kind = SglangReplicaSeries if self.engine == "sglang" else ReplicaSeries
+        kind = {"sglang": SglangReplicaSeries, "trtllm": TrtllmReplicaSeries}.get(self.engine, ReplicaSeries)
         for r in self.replicas:
             built = kind(self, r).build()
             out.extend(built)
@@ -844,6 +845,85 @@ class SglangReplicaSeries(ReplicaSeries):
         self._add(d["http_responses"], (*self.base, *http, ("status_code", "200")), rate * dt)
         front = float(p["http_5xx_per_s"]) if accepting else 0.0
         self._add(d["http_responses"], (*self.base, *http, ("status_code", "503")), (rate * float(p["http_5xx"]) + front) * dt)
+
+
+class TrtllmReplicaSeries(ReplicaSeries):
+    """Every series one trtllm-serve replica exports: names, labels and buckets from DATA["trtllm"],
+    a hand copy of the real body. Finish reasons stop, length and cancelled; HTTP errors by
+    http_code per model; gauges with the process's pid label; no rank label."""
+
+    def __init__(self, fleet: Fleet, r: Replica) -> None:
+        self.f, self.r = fleet, r
+        self.series = {}
+        self.version = r.version
+        d = DATA["trtllm"]
+        self.reasons = list(d["finished_reasons"])
+        base = {"job": fleet.job, "namespace": fleet.namespace, "instance": r.instance, "pod": r.pod}
+        base.update(fleet.target_labels)
+        base.update(r.labels)
+        self.base = tuple(base.items())
+        self.model = (*self.base, *d["labels"].items(), ("model_name", fleet.model))
+        self.engine = [self.model]
+        self.gauge_labels = (*self.model, ("pid", d["pid"]))
+        self.hists = {}
+        for key, h in d["histograms"].items():
+            bounds = (*(float(b) for b in h["buckets"]), math.inf)
+            self.hists[key] = [(h["name"], bounds, [le_text(b) for b in bounds])]
+
+    def _step(self, p: dict, first: bool) -> None:
+        d = DATA["trtllm"]
+        c, g = d["counters"], d["gauges"]
+        state = p["state"]
+        flowing = state == "serving" and not first
+        zero = state == "zero_metrics"
+        if zero:
+            for (name, _), s in self.series.items():
+                if name.startswith("trtllm_"):
+                    s.acc = 0.0
+        dt = 0 if first else STEP
+        spec = p["spec_decode"]
+        accept = list(spec["accept"]) if spec else []
+        tps = 1.0 + sum(accept)
+        out_d = Dist.of(p["output_tokens"])
+        prompt_d = Dist.of(p["prompt_tokens"])
+        itl_d = Dist.of(p["itl"])
+        tpot_d = Dist.of(p["tpot"]) if p["tpot"] is not None else itl_d.scaled(1 / tps)
+        ttft_d = Dist.of(p["ttft"])
+        decode_d = out_d.shifted(-1).scaled(tpot_d.mean()) if p["decode"] == "auto" else Dist.of(p["decode"])
+        e2e_d = decode_d.shifted(ttft_d.mean()) if p["e2e"] == "auto" else Dist.of(p["e2e"])
+        inference_d = decode_d.shifted(Dist.of(p["prefill"]).mean()) if p["inference"] == "auto" else Dist.of(p["inference"])
+        finish = {k: float(v) for k, v in p["finish"].items()}
+        unknown = set(finish) - set(self.reasons)
+        if unknown:
+            raise ValueError(f"finish reasons {sorted(unknown)} do not exist in trtllm-serve ({self.reasons})")
+        total = sum(finish.values()) or 1.0
+        labels = self.model
+        n = p["rate"] * dt if flowing else 0.0
+        for reason in self.reasons:
+            self._add(c["success"], (*labels, ("finished_reason", reason)), n * finish.get(reason, 0.0) / total)
+        self._add(c["completed"], labels, n)
+        accepting = state in ("serving", "zero_metrics") and not first
+        rate = p["rate"] if accepting else 0.0
+        front = float(p["http_5xx_per_s"]) if accepting else 0.0
+        self._add(c["errors"], (*labels, ("http_code", "400")), rate * float(p["http_4xx"]) * dt)
+        self._add(c["errors"], (*labels, ("http_code", "500")), (rate * float(p["http_5xx"]) + front) * dt)
+        for key, dist in (("ttft", ttft_d), ("queue", Dist.of(p["queue"])), ("prefill", Dist.of(p["prefill"])),
+                          ("decode", decode_d), ("e2e", e2e_d), ("inference", inference_d), ("tpot", tpot_d)):
+            self._hist(key, labels, n, dist)
+        prompt = n * prompt_d.mean()
+        self._add(c["prompt_tokens"], labels, prompt)
+        self._add(c["generation_tokens"], labels, n * out_d.mean())
+        self._add(c["cached_tokens"], labels, prompt * float(p["prefix_hit"]))
+        if spec:
+            steps = n * max(out_d.mean() - 1, 0.0) / tps
+            self._add(c["draft_tokens"], labels, steps * len(accept))
+            self._add(c["accepted_tokens"], labels, steps * sum(accept))
+            for pos, a in enumerate(accept):
+                self._add(c["drafted_per_pos"], (*labels, ("token_position", str(pos))), steps)
+                self._add(c["accepted_per_pos"], (*labels, ("token_position", str(pos))), steps * a)
+        kv = p["kv"][0] if isinstance(p["kv"], list) else p["kv"]
+        for key, value in (("running", p["running"]), ("waiting", p["waiting"]), ("kv_usage", kv)):
+            self._s(g[key], self.gauge_labels, False).values.append(0.0 if zero else float(value))
 
 
 # --- a gateway in front of the replicas: the llm-d endpoint picker (EPP) -----------------------

@@ -1,9 +1,10 @@
-"""End to end for engines other than vLLM: `genobs simulate --engine sglang` (a real process
-serving SGLang's metric names, labels and buckets from its profile through prometheus_client,
-as SGLang serves them) scraped by Debian's Prometheus with the relabel snippet of
-`genobs scrape-config` and the rules genobs generated for specs/sglang.yaml (rate window 1m,
-evaluation 1s). Every rule must evaluate cleanly, each injected fault must raise its alert on
-its own model, the healthy model none."""
+"""End to end for engines other than vLLM: `genobs simulate --engine sglang|trtllm` (a real
+process serving the engine's metric names, labels and buckets from its profile through
+prometheus_client, as the engine serves them) scraped by Debian's Prometheus with the scrape
+job `genobs scrape-config` prints (SGLang: the relabel snippet; TensorRT-LLM: its metrics path)
+and the rules genobs generated for specs/<engine>.yaml (rate window 1m, evaluation 1s). Every
+rule must evaluate cleanly, each injected fault must raise its alert on its own model, the
+healthy model none."""
 
 from __future__ import annotations
 
@@ -22,15 +23,23 @@ from tests.e2e_support import PROMETHEUS, Prometheus, poll, render_variant, stop
 
 pytestmark = pytest.mark.slow  # real servers on loopback
 
-SPEC = REPO / "specs" / "sglang.yaml"
 HEALTHY = "m-healthy"
-# fault scenario of `genobs simulate` -> the `signal` label of the alert it must raise
+# engine -> fault scenario of `genobs simulate` -> the `signal` label of the alert it must raise
 FAULTS = {
-    "ttft_degradation": "ttft",
-    "abort_surge": "abort",
-    "preemption_storm": "preemptions",
-    "kv_saturation": "kv_cache",
+    "sglang": {
+        "ttft_degradation": "ttft",
+        "abort_surge": "abort",  # sglang:num_aborted_requests_total
+        "preemption_storm": "preemptions",  # retractions
+        "kv_saturation": "kv_cache",
+    },
+    "trtllm": {
+        "ttft_degradation": "ttft",
+        "abort_surge": "abort",  # finished_reason="cancelled"
+        "spec_acceptance_collapse": "spec_decode_acceptance",  # token_position="0"
+        "kv_saturation": "kv_cache",
+    },
 }
+BANNER = {"sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.2.1"}
 ACTIVE = ("pending", "firing")
 DEADLINE = 150.0
 WARMUP = 75.0
@@ -66,22 +75,25 @@ class Simulate:
         self.proc.stderr.close()
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
+@pytest.fixture(scope="module", params=sorted(FAULTS))
+def run(request, tmp_path_factory):
     if not Path(PROMETHEUS).exists():
         pytest.fail("the prometheus server is required: install Debian's 'prometheus' package (make test does)")
-    tmp = tmp_path_factory.mktemp("e2e-sglang")
-    out, spec = render_variant(SPEC, tmp, models=[])
+    engine = request.param
+    spec_path = REPO / "specs" / f"{engine}.yaml"
+    tmp = tmp_path_factory.mktemp(f"e2e-{engine}")
+    out, spec = render_variant(spec_path, tmp, models=[])
     rule_files = {
         name.removeprefix("prometheus/"): data
         for name, data in out.files.items()
         if name.startswith("prometheus/") and name.endswith(".rules.yaml")
     }
-    models = [f"--model={HEALTHY}=healthy", *(f"--model=m-{s}={s}" for s in FAULTS)]
-    sim = Simulate("--engine", "sglang", "--request-rate", "20", "--fault-after", "5", *models)
+    models = [f"--model={HEALTHY}=healthy", *(f"--model=m-{s}={s}" for s in FAULTS[engine])]
+    sim = Simulate("--engine", engine, "--request-rate", "20", "--fault-after", "5", *models)
     try:
-        # the scrape job `genobs scrape-config` prints for the spec: sglang_ names back to sglang:
-        printed = CliRunner().invoke(main, ["scrape-config", "--target", sim.instance, "--interval", "1s", str(tmp / SPEC.name)])
+        # the scrape job `genobs scrape-config` prints for the spec (sglang_ names back to sglang:)
+        args = ["scrape-config", "--target", sim.instance, "--interval", "1s", str(tmp / spec_path.name)]
+        printed = CliRunner().invoke(main, args)
         assert printed.exit_code == 0, printed.output
         job = yaml.safe_load(printed.output)["scrape_configs"][0]
         job["scrape_timeout"] = "1s"
@@ -90,21 +102,24 @@ def run(tmp_path_factory):
         with stopping([], prom):
             prom.start()
             poll(lambda: prom.query("up == 1"), prom.started + 30, 0.5, "a first scrape")
-            yield prom, sim, out
+            yield engine, prom, sim
     finally:
         sim.stop()
 
 
-def test_simulated_sglang_serves_its_own_names(run) -> None:
-    prom, sim, _ = run
-    assert sim.banner.startswith("serving simulated SGLang 0.5.23 metrics on ")
+def test_simulated_engine_serves_its_own_names(run) -> None:
+    engine, prom, sim = run
+    assert sim.banner.startswith(f"serving simulated {BANNER[engine]} metrics on ")
     names = set(prom.label_values("__name__"))
-    assert "sglang:num_running_reqs" in names and "sglang:time_to_first_token_seconds_bucket" in names
-    assert not {n for n in names if n.startswith("sglang_")}, "the relabel snippet restores every sglang: name"
+    if engine == "sglang":
+        assert "sglang:num_running_reqs" in names and "sglang:time_to_first_token_seconds_bucket" in names
+        assert not {n for n in names if n.startswith("sglang_")}, "the relabel snippet restores every sglang: name"
+    else:
+        assert "trtllm_num_requests_running" in names and "trtllm_request_success_total" in names
 
 
 def test_rules_evaluate_cleanly(run) -> None:
-    prom, _, _ = run
+    _, prom, _ = run
 
     def evaluated():
         groups = prom.rules()
@@ -121,10 +136,12 @@ def test_rules_evaluate_cleanly(run) -> None:
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("scenario", sorted(FAULTS))
+@pytest.mark.parametrize("scenario", sorted({s for faults in FAULTS.values() for s in faults}))
 def test_fault_raises_its_alert(run, scenario: str) -> None:
-    prom, _, _ = run
-    model, signal = f"m-{scenario}", FAULTS[scenario]
+    engine, prom, _ = run
+    if scenario not in FAULTS[engine]:
+        pytest.skip(f"not a fault this test injects on {engine}")
+    model, signal = f"m-{scenario}", FAULTS[engine][scenario]
 
     def raised():
         active = [a for a in prom.alerts() if a["labels"].get("model_name") == model and a["state"] in ACTIVE]
@@ -138,7 +155,7 @@ def test_fault_raises_its_alert(run, scenario: str) -> None:
 
 
 def test_healthy_model_stays_silent(run) -> None:
-    prom, _, _ = run
+    _, prom, _ = run
     # once the healthy model's 1m windows are full and a few evaluations have run
     time.sleep(max(0.0, prom.started + WARMUP - time.monotonic()))
     loud = [a["labels"]["alertname"] for a in prom.alerts() if a["labels"].get("model_name") == HEALTHY]

@@ -21,6 +21,7 @@ BODIES = REPO / "tests" / "fixtures" / "engines"
 # example spec -> the real bodies of its engine
 ENGINE_SPECS = {
     "sglang": ("sglang_0.5.23_exposition.txt", "sglang_0.5.23_pd_prefill_exposition.txt", "sglang_0.5.23_pd_decode_exposition.txt"),
+    "trtllm": ("trtllm_exposition.txt",),
 }
 WIRE_PREFIXES = ("vllm:", "sglang:", "trtllm_", "dynamo_", "llm_d_")
 
@@ -74,11 +75,12 @@ def test_one_profile_per_engine():
         assert catalog.min_version <= catalog.max_version
 
 
-def test_profile_names_exist_in_the_real_bodies():
-    """Every wire name the SGLang profile gives for its newest release is in a real 0.5.23 body."""
-    catalog = load_catalog("sglang")
+@pytest.mark.parametrize("engine", sorted(ENGINE_SPECS))
+def test_profile_names_exist_in_the_real_bodies(engine: str):
+    """Every wire name the profile gives for its newest release is in the engine's real body."""
+    catalog = load_catalog(engine)
     names = catalog.names_for(catalog.max_version)
-    assert not names - body_names(*ENGINE_SPECS["sglang"])
+    assert not names - body_names(*ENGINE_SPECS[engine])
 
 
 def _spec(engine_lines: str, extra: str = "") -> str:
@@ -133,8 +135,25 @@ def test_sglang_build_prints_what_it_cannot_observe(tmp_path: Path):
             "slos:\n  - {name: availability, sli: success, objective: 99%}\n",
             "error: slos[0].sli: the success SLI is not observable on SGLang 0.5.23",
         ),
+        (
+            '  engine: trtllm\n  engine_version: "1.2.1"\n',
+            "slos:\n  - {name: pace, sli: itl, threshold: 100ms, objective: 99%}\n",
+            "error: slos[0].sli: the itl SLI is not observable on TensorRT-LLM 1.2.1: TensorRT-LLM has no "
+            "inter-token histogram",
+        ),
+        (
+            "  engine: trtllm\n",
+            "alerts:\n  preemptions: {warning: 5%}\n",
+            "error: alerts.preemptions: preemptions is not observable on TensorRT-LLM 1.2.1",
+        ),
     ],
-    ids=["version-out-of-range", "alert-on-missing-signal", "slo-on-missing-signal"],
+    ids=[
+        "version-out-of-range",
+        "alert-on-missing-signal",
+        "slo-on-missing-signal",
+        "trtllm-itl-slo",
+        "trtllm-preemption-alert",
+    ],
 )
 def test_engine_cannot_back_it_is_a_located_error(tmp_path: Path, engine_lines: str, extra: str, expected: str):
     result, out = _build(tmp_path, _spec(engine_lines, extra))
@@ -161,14 +180,21 @@ def body_label_sets(*files: str) -> dict[str, set[frozenset[str]]]:
     return out
 
 
-def test_sglang_scenario_fleet_exports_what_the_real_body_has():
-    """The scenario fleet (tests/fleet_series.py) writes SGLang series by the real body's names
-    and label sets (plus the scrape's target labels), so the scenarios test against SGLang."""
+@pytest.mark.parametrize(
+    ("engine", "version", "core"),
+    [
+        ("sglang", "0.5.23", {"sglang:num_running_reqs", "sglang:num_requests_total", "sglang:time_to_first_token_seconds_bucket"}),
+        ("trtllm", "1.2.1", {"trtllm_num_requests_running", "trtllm_request_success_total", "trtllm_time_to_first_token_seconds_bucket"}),
+    ],
+)
+def test_scenario_fleet_exports_what_the_real_body_has(engine: str, version: str, core: set[str]):
+    """The scenario fleet (tests/fleet_series.py) writes the engine's series by the real body's
+    names and label sets (plus the scrape's target labels), so the scenarios test against it."""
     from fleet_series import Fleet
 
-    spec = {"service": {"engine": "sglang", "engine_version": "0.5.23", "selector": {"job": "sglang"}, "models": ["m"]}}
-    fleet = Fleet({"replicas": 1, "engines": 2, "duration": "2m", "traffic": {"spec_decode": {"accept": [0.8, 0.6]}}}, spec)
-    real = body_label_sets(*ENGINE_SPECS["sglang"])
+    spec = {"service": {"engine": engine, "engine_version": version, "selector": {"job": engine}, "models": ["m"]}}
+    fleet = Fleet({"replicas": 1, "duration": "2m", "traffic": {"spec_decode": {"accept": [0.8, 0.6]}}}, spec)
+    real = body_label_sets(*ENGINE_SPECS[engine])
     target = {"job", "namespace", "instance", "pod"}
     seen = set()
     for s in fleet.series():
@@ -176,7 +202,43 @@ def test_sglang_scenario_fleet_exports_what_the_real_body_has():
         if name == "up":
             continue
         keys = frozenset(k for k in re.findall(r'(\w+)="', rest) if k != "le") - target
-        assert name in real, f"{name} is not in the real SGLang bodies"
+        assert name in real, f"{name} is not in the real {engine} bodies"
         assert keys in real[name], f"{name} with labels {sorted(keys)}; the real body has {sorted(map(sorted, real[name]))}"
         seen.add(name)
-    assert {"sglang:num_running_reqs", "sglang:num_requests_total", "sglang:time_to_first_token_seconds_bucket"} <= seen
+    assert core <= seen
+
+
+def test_trtllm_build_reads_cancelled_as_aborts_and_5xx_as_failures(tmp_path: Path):
+    result, out = _build(tmp_path, _spec('  engine: trtllm\n  engine_version: "1.2.1"\n'))
+    assert result.exit_code == 0, result.output
+    assert "Inter-token latency (itl) is not observable on TensorRT-LLM 1.2.1" in result.output
+    rules = (out / "probe" / "prometheus" / "recording.rules.yaml").read_text()
+    assert 'finished_reason="cancelled"' in rules
+    assert 'trtllm_request_error_total{job="llm",model_name=~"m",http_code=~"5.."}' in rules
+    alerts = (out / "probe" / "prometheus" / "alerts.rules.yaml").read_text()
+    assert "VllmSuccessRatioLow" in alerts and "VllmItlP99High" not in alerts
+    assert "VllmPreemptionsSustained" not in alerts
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_SPECS))
+def test_compare_queries_read_only_names_of_the_real_body(engine: str):
+    """`genobs compare` builds its KPI table from the spec's engine profile, not vLLM's."""
+    from genobs.catalog import parse_version
+    from genobs.gates.promtable import Env, build_queries
+    from genobs.gates.sides import Side
+    from genobs.loader import load_spec
+
+    spec = load_spec(REPO / "specs" / f"{engine}.yaml").spec
+    env = Env(
+        catalog=load_catalog(engine),
+        version=parse_version(spec.service.engine_version),
+        dialect=spec.service.metric_names,
+        selector=tuple(spec.service.selector.items()),
+        models=tuple(spec.service.models),
+        features=frozenset(k for k, on in spec.features.model_dump().items() if on),
+    )
+    queries = build_queries(env, Side("baseline", "", (), 0.0, 300.0))
+    names = set().union(*(metric_names(query.expr) for query in queries))
+    assert names and not names - body_names(*ENGINE_SPECS[engine])
+    if engine == "sglang":
+        assert any('mode=~".*_hit"' in query.expr for query in queries if query.key == "prefix_hit")

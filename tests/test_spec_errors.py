@@ -281,12 +281,12 @@ def test_every_allowed_character_survives_rules_yaml_markdown_and_promtool(tmp_p
 
 
 def test_unexpected_exception_is_one_line_and_exit_1(tmp_path: Path, monkeypatch):
-    import genobs.plan
+    import genobs.compiler
 
     def boom(doc):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(genobs.plan, "build_plan", boom)
+    monkeypatch.setattr(genobs.compiler, "build_plan", boom)
     result = CliRunner().invoke(main, ["build", "--no-check", "-o", str(tmp_path), str(SPECS[0])])
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()

@@ -67,7 +67,7 @@ def _no_data(server, gates, env, side) -> None:
 
     span = f"the {side.window} before {_when(side.at)}"
     lines = [f"error: no data for the {side.name} ({side.text}): no finished requests in {span}"]
-    metric = env.metric("request_success")
+    metric = env.metric("request_success" if env.has("request_success") else "requests_finished")
     base = tuple(m for m in env.matchers(side) if m[0] not in {label for label, _, _ in side.matchers})
     for label, _, _ in side.matchers:
         expr = f"count by ({label}) ({q.selector(metric, base)})"

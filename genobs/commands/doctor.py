@@ -90,6 +90,8 @@ def live_names(server: Server, matchers: tuple[q.Matcher, ...]) -> set[str]:
 
 
 def dialect_of(names: set[str], engine: str = "vllm") -> str:
+    if colon_prefix(engine) == underscore_prefix(engine):  # no ':' in the engine's names: one dialect
+        return "colon" if any(n.startswith(colon_prefix(engine)) for n in names) else "none"
     colon = any(n.startswith(colon_prefix(engine)) for n in names)
     underscore = any(n.startswith(underscore_prefix(engine)) for n in names)
     return {(True, True): "both", (True, False): "colon", (False, True): "underscore"}.get((colon, underscore), "none")
@@ -97,6 +99,8 @@ def dialect_of(names: set[str], engine: str = "vllm") -> str:
 
 def _other_dialect(name: str, engine: str) -> str | None:
     c, u = colon_prefix(engine), underscore_prefix(engine)
+    if c == u:
+        return None
     if name.startswith(c):
         return u + name[len(c) :]
     if name.startswith(u):

@@ -131,6 +131,9 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
         if first.panel:
             out += [f"Dashboard panel: {first.panel}", ""]
         out += [f"Runbook: {first.runbook_url}", ""]
+        how = dict(plan.approximations).get(signal)
+        if how is not None:
+            out += [f"Approximation on {plan.engine_release}", _wrap(how), ""]
     out += ["First action", _wrap(info.get("first_action") or "-")]
     checks = info.get("next_checks") or []
     if checks:
@@ -139,6 +142,9 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
 
 
 def _absent_reason(signal: str, plan) -> str:
+    why = dict(plan.unobservable).get(signal)
+    if why is not None:
+        return f" (not observable on {plan.engine_release}: {why})"
     needs = {
         "nixl_transfer": "disaggregated_prefill",
         "nixl_failures": "disaggregated_prefill",
@@ -218,7 +224,7 @@ def explain(name: str | None, spec: Path | None) -> None:
             fail_spec(exc, "nothing to explain until the spec is fixed")
     else:
         plan, label = default_plan(), f"{DEFAULT_SPEC_FILE} ({{}}; pass --spec FILE for yours)"
-    label = label.format(f"use case {plan.use_case}, vLLM {plan.engine_version}")
+    label = label.format(f"use case {plan.use_case}, {plan.engine_release or 'vLLM ' + plan.engine_version}")
     if name is None:
         alerts = list(dict.fromkeys(a.name for a in plan.alerts))
         click.echo("Alerts in this plan:\n" + "\n".join(f"  {a}" for a in alerts))

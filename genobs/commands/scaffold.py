@@ -11,6 +11,8 @@ from pathlib import Path
 import click
 import yaml
 
+from genobs.catalog import ENGINES
+
 SCHEMA_FILE = "genobs.schema.json"
 
 
@@ -23,10 +25,38 @@ def use_cases() -> list[str]:
     return list(presets())
 
 
-def newest_version() -> str:
+def newest_version(engine: str = "vllm") -> str:
     from genobs.catalog import format_version, load_catalog
 
-    return format_version(load_catalog().max_version)
+    return format_version(load_catalog(engine).max_version)
+
+
+def _engine_lines(engine: str) -> dict[str, str]:
+    """The comments of the service block that name the engine's own labels and prefix."""
+    from genobs.catalog import load_catalog
+
+    if engine == "vllm":
+        return {
+            "release": "vLLM",
+            "example": "#   length_finish: {warning: 5%, critical: 15%}",
+            "version": "the vLLM release you run: picks metric names",
+            "job": "required: up and process_* exist for every target, not only vLLM",
+            "group_by": "kept on every rule and alert; `engine` (DP rank) is always summed away",
+            "names": "underscore when Prometheus stored vllm_... names (escaped scrape)",
+        }
+    catalog = load_catalog(engine)
+    name = catalog.display_name
+    prefix = next((r.name for m in catalog.metrics.values() for r in m.names), "")
+    escaped = prefix.split(":", 1)[0] + "_..." if ":" in prefix else ""
+    observable = catalog.missing_reason("length_finish") is None
+    return {
+        "release": name,
+        "example": "#   length_finish: {warning: 5%, critical: 15%}" if observable else "#   queue_time: {warning: 2s}",
+        "version": f"the {name} release you run: picks metric names and buckets",
+        "job": f"required: up exists for every target, not only {name}",
+        "group_by": f"kept on every rule and alert; {', '.join(catalog.rank_labels_summed)} are summed away",
+        "names": f"underscore when Prometheus stored {escaped} names (escaped scrape)" if escaped else "",
+    }
 
 
 def _q(value: str) -> str:
@@ -65,11 +95,14 @@ def spec_text(
     schema: str | None = f"../{SCHEMA_FILE}",
     warnings: tuple[str, ...] = (),
     job: str = "vllm",
+    engine: str = "vllm",
+    capabilities: tuple[str, ...] = (),
 ) -> str:
     """The commented spec `genobs init` writes; no model watches every model behind the selector."""
     preset = presets()[use_case]
     name = name or use_case
-    version = engine_version or newest_version()
+    version = engine_version or newest_version(engine)
+    say = _engine_lines(engine)
     preset_lines = []
     for signal, levels in preset.get("alerts", {}).items():
         if levels.get("enabled") is False:
@@ -93,14 +126,14 @@ def spec_text(
         c("# team: inference-platform", "added as label `team` on every alert"),
         "",
         "service:",
-        "  engine: vllm",
-        c(f"  engine_version: {_q(version)}", "the vLLM release you run: picks metric names"),
+        f"  engine: {engine}",
+        c(f"  engine_version: {_q(version)}", say["version"]),
         c("  selector:", "target labels every query is restricted to"),
         *([f"    namespace: {_q(namespace)}"] if namespace else ["    # namespace: llm-prod"]),
-        c(f"    job: {_q(job)}", "required: up and process_* exist for every target, not only vLLM"),
-        c("  group_by: [model_name]", "kept on every rule and alert; `engine` (DP rank) is always summed away"),
+        c(f"    job: {_q(job)}", say["job"]),
+        c("  group_by: [model_name]", say["group_by"]),
         c(f"  models: {models}", "empty = every model behind the selector"),
-        c("  metric_names: colon", "underscore when Prometheus stored vllm_... names (escaped scrape)"),
+        c("  metric_names: colon", say["names"]),
         c("  min_request_rate: 0.05", "req/s below which latency and ratio alerts stay silent"),
         "",
         c(f"use_case: {use_case}", "preset thresholds (override them under alerts:):"),
@@ -115,7 +148,14 @@ def spec_text(
         c("evaluation_interval: 30s", "rule-group interval"),
         "",
         *(
-            [f"# genobs build warns, with vLLM {version} and this preset:"]
+            ["# what genobs cannot observe (or only approximates) on this engine:"]
+            + [f"#   {line}" for line in capabilities]
+            + [""]
+            if capabilities
+            else []
+        ),
+        *(
+            [f"# genobs build warns, with {say['release']} {version} and this preset:"]
             + [f"#   {w}" for w in warnings]
             + ["#   (set thresholds the histogram can reach under alerts:)"]
             if warnings
@@ -123,7 +163,7 @@ def spec_text(
         ),
         c("alerts: {}", "only what differs from the preset, e.g.:"),
         "#   ttft: {warning: 1s, critical: 2.5s, for: 10m}",
-        "#   length_finish: {warning: 5%, critical: 15%}",
+        say["example"],
         "#   rss_growth: {enabled: false}",
         "",
         c("# slos:", "multi-window multi-burn-rate alerts on each SLO"),
@@ -146,11 +186,13 @@ def spec_text(
     return "\n".join(lines) + "\n"
 
 
-def validate(text: str, file: str) -> tuple[str, ...]:
-    """Load and plan the text; its plan warnings. SpecError when the options make an invalid spec."""
+def validate(text: str, file: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Load and plan the text; its plan warnings and capability lines. SpecError when the options
+    make an invalid spec."""
     from genobs.compiler import load_plan
 
-    return load_plan(text=text, file=file)[1].warnings
+    plan = load_plan(text=text, file=file)[1]
+    return plan.warnings, plan.capabilities
 
 
 # spec field -> the option it came from, for problems with what the user typed
@@ -174,33 +216,44 @@ _OPTION_OF_FIELD = (
 )
 @click.option("--model", required=True, help="Served model name (vLLM's model_name label), e.g. gpt-oss-120b.")
 @click.option("--name", default=None, help="Spec name (output folder, rule-group prefix). Default: the use case.")
-@click.option("--engine-version", default=None, help="vLLM release, e.g. 0.11.1. Default: newest genobs knows.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="vllm",
+    show_default=True,
+    help="Serving engine (vllm, sglang, trtllm): picks its metric names, labels and buckets.",
+)
+@click.option(
+    "--engine-version", default=None, help="Engine release, e.g. 0.11.1 (vLLM). Default: newest genobs knows."
+)
 @click.option("--namespace", default="llm-prod", show_default=True, help="Kubernetes namespace of the vLLM targets.")
-@click.option("--job", default="vllm", show_default=True, help="Prometheus scrape job of the vLLM targets.")
+@click.option("--job", default=None, help="Prometheus scrape job of the engine's targets. Default: the engine's name.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write to FILE, not stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def init(
     use_case: str,
     model: str,
     name: str | None,
+    engine: str,
     engine_version: str | None,
     namespace: str,
-    job: str,
+    job: str | None,
     output: Path | None,
     force: bool,
 ) -> None:
     """Write a commented starting spec for a use case (stdout, or -o FILE)."""
+    job = engine if job is None else job
     if output is not None and output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")
     for option, value in (("--model", model), ("--job", job)):
         if not value.strip():
             raise click.BadParameter("must not be empty", param_hint=option)
     args = (use_case, model, name, engine_version, namespace, schema_ref(output))
-    text = spec_text(*args, job=job)
+    text = spec_text(*args, job=job, engine=engine)
     from genobs.errors import SpecError
 
     try:
-        warnings = validate(text, "<genobs init>")
+        warnings, capabilities = validate(text, "<genobs init>")
     except SpecError as exc:
         seen = set()
         for p in exc.problems:
@@ -209,8 +262,8 @@ def init(
                 seen.add(option)
                 click.echo(f"error: {option}: {p.message}", err=True)
         raise SystemExit(2) from None
-    if warnings:  # the same the build will print; written into the spec as comments too
-        text = spec_text(*args, warnings=warnings, job=job)
+    if warnings or capabilities:  # the same the build will print; written into the spec as comments too
+        text = spec_text(*args, warnings=warnings, job=job, engine=engine, capabilities=capabilities)
         for w in warnings:
             click.echo(f"warning: {w}", err=True)
     if output is None:

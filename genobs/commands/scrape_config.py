@@ -16,16 +16,26 @@ from genobs.catalog import ENGINES, load_catalog
 
 @functools.cache
 def engine_prefix(engine: str = "vllm") -> str:
-    """The namespace before ':' in the engine's metric names (from the catalog), e.g. the engine name."""
+    """The namespace before ':' in the engine's metric names (from the catalog), e.g. the engine name;
+    for an engine without ':' in its names (TensorRT-LLM), the word before the first '_'."""
     catalog = load_catalog(engine)
-    prefixes = {r.name.split(":", 1)[0] for m in catalog.metrics.values() for r in m.names if ":" in r.name}
+    names = [r.name for m in catalog.metrics.values() if not m.process for r in m.names]
+    prefixes = {n.split(":", 1)[0] for n in names if ":" in n} or {n.split("_", 1)[0] for n in names}
     if len(prefixes) != 1:
         raise ValueError(f"the {engine} catalog has no single metric prefix: {sorted(prefixes)}")
     return prefixes.pop()
 
 
+@functools.cache
+def has_colon_names(engine: str = "vllm") -> bool:
+    """Whether the engine's names hold ':' (escaped to '_' by an OpenMetrics scrape)."""
+    catalog = load_catalog(engine)
+    return any(":" in r.name for m in catalog.metrics.values() for r in m.names)
+
+
 def colon_prefix(engine: str = "vllm") -> str:
-    return engine_prefix(engine) + ":"
+    """The prefix of the names as the engine exposes them (the same as underscore_prefix without ':')."""
+    return engine_prefix(engine) + (":" if has_colon_names(engine) else "_")
 
 
 def underscore_prefix(engine: str = "vllm") -> str:
@@ -37,6 +47,8 @@ def relabel_configs(engine: str = "vllm") -> list[dict]:
 
     Only names starting with the engine prefix are touched; the regex is anchored by Prometheus.
     """
+    if not has_colon_names(engine):
+        return []  # nothing to restore: the scrape keeps the names as they are
     p = engine_prefix(engine)
     return [
         {
@@ -64,8 +76,11 @@ def scrape_job(
     out: dict = {"job_name": job}
     if interval:
         out["scrape_interval"] = interval
+    path = load_catalog(engine).metrics_path
+    if path != "/metrics":  # trtllm-serve: /prometheus/metrics
+        out["metrics_path"] = path
     out["static_configs"] = [static]
-    if relabel:
+    if relabel and relabel_configs(engine):
         out["metric_relabel_configs"] = relabel_configs(engine)
     return out
 

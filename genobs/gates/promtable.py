@@ -71,40 +71,45 @@ def build_queries(env: Env, side: Side) -> list[Query]:
     m, w = env.matchers(side), side.window
 
     def sel(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
-        return q.selector(env.metric(key, suffix), (*m, *extra))
+        # the profile's own matchers: one counter read as two signals (SGLang's prefill tokens by mode)
+        return q.selector(env.metric(key, suffix), (*m, *env.catalog.metric(key).matchers, *extra))
 
     def sum_rate(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
         return f"sum({q.rate(sel(key, suffix, extra), w)})"
 
-    finished = sum_rate("request_success")
+    reasons = env.catalog.reasons_for(env.version)
+    # an engine without finish reasons (SGLang) counts finished requests in one counter
+    finished = sum_rate("request_success" if env.has("request_success") else "requests_finished")
     # server failures, as the availability SLO counts them: `error` finishes where the version
     # has them (client aborts are users pressing stop); before that `abort` is all there is
-    bad = ("error",) if "error" in env.catalog.reasons_for(env.version) else ("abort",)
-    failed = sum_rate("request_success", extra=(("finished_reason", "=~", "|".join(bad)),))
-    out = [
-        Query("requests", "finished requests", "req/s", "none", finished, profile=True),
-        Query(
-            "stop_share",
-            "success (finished stop)",
-            "ratio",
-            "higher",
-            q.ratio(
-                f"({sum_rate('request_success', extra=(('finished_reason', '=', 'stop'),))} or vector(0))", finished
+    bad = ("error",) if "error" in reasons else (env.catalog.abort_reason,)
+    out = [Query("requests", "finished requests", "req/s", "none", finished, profile=True)]
+    if reasons:
+        failed = sum_rate("request_success", extra=(("finished_reason", "=~", "|".join(bad)),))
+        out += [
+            Query(
+                "stop_share",
+                "success (finished stop)",
+                "ratio",
+                "higher",
+                q.ratio(
+                    f"({sum_rate('request_success', extra=(('finished_reason', '=', 'stop'),))} or vector(0))",
+                    finished,
+                ),
+                alert="VllmSuccessRatioLow",
+                floor=0.001,
+                complement=True,
             ),
-            alert="VllmSuccessRatioLow",
-            floor=0.001,
-            complement=True,
-        ),
-        Query(
-            "availability",
-            f"availability (not {'/'.join(bad)})",
-            "ratio",
-            "higher",
-            f"1 - {q.ratio(f'({failed} or vector(0))', finished)}",
-            floor=0.001,
-            complement=True,
-        ),
-    ]
+            Query(
+                "availability",
+                f"availability (not {'/'.join(bad)})",
+                "ratio",
+                "higher",
+                f"1 - {q.ratio(f'({failed} or vector(0))', finished)}",
+                floor=0.001,
+                complement=True,
+            ),
+        ]
     if env.has("http_requests") and "model_name" not in {label for label, _, _ in side.matchers}:
         # answers that never reached the engine; per API-server process, so no model_name label
         pm = env.matchers(side, process=True)
@@ -175,15 +180,18 @@ def build_queries(env: Env, side: Side) -> list[Query]:
         else:
             expr = f"avg(avg_over_time({sel('prefix_cache_hit_rate_gauge')}[{w}]))"
         out.append(Query("prefix_hit", "prefix-cache hit rate", "ratio", "higher", expr, floor=0.01))
+    if env.has("preemptions"):  # TensorRT-LLM counts none
+        out.append(
+            Query(
+                "preemptions_per_request",
+                "preemptions per finished request",
+                "per request",
+                "lower",
+                q.ratio(f"({sum_rate('preemptions')} or vector(0))", finished),
+                floor=0.001,
+            )
+        )
     out += [
-        Query(
-            "preemptions_per_request",
-            "preemptions per finished request",
-            "per request",
-            "lower",
-            q.ratio(f"({sum_rate('preemptions')} or vector(0))", finished),
-            floor=0.001,
-        ),
         Query(
             "kv_usage",
             "KV-cache usage (mean)",

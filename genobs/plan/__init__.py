@@ -463,6 +463,8 @@ def assemble(doc: SpecDocument) -> Assembly:
         capabilities=tuple(capability_lines(ctx, spec.use_case))
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ()),
         engine_release=ctx.release,
+        unobservable=ctx.catalog.not_observable,
+        approximations=ctx.catalog.approximate,
     )
     plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, [a for a in plan.alerts if not gw or a not in gw.alerts]) + (gw.inhibit if gw else ()))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)

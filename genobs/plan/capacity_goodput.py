@@ -11,13 +11,13 @@ from genobs.plan.capacity_builder import Builder
 from genobs.spec_capacity import Capacity
 from genobs.units import parse_ratio, parse_seconds
 
-BAD_REASONS = ("abort", "error")  # finishes that do not count as served (the availability SLO's default)
-
 
 def _successful(b: Builder) -> str:
     """Finished requests/s that were not aborted and did not fail."""
     ctx = b.ctx
-    bad = [r for r in BAD_REASONS if r in ctx.catalog.reasons_for(ctx.version)]
+    bad = [r for r in (ctx.catalog.abort_reason, "error") if r in ctx.catalog.reasons_for(ctx.version)]
+    if not bad or "finish_by_reason" not in b.rec.names:
+        return b.rec.ref("finished")  # no finish reasons (SGLang): aborted requests are not counted as finished
     failed = q.sum_by(ctx.group, b.rec.ref("finish_by_reason", (("finished_reason", "=~", "|".join(bad)),)))
     return f"{b.rec.ref('finished')} - ({failed} or ({b.rec.ref('finished')} * 0))"
 

@@ -64,6 +64,9 @@ def _success(ctx: Context) -> list[Query]:
         # the API server's series carry no engine (nor model_name): per scrape target
         http = liveness._http(ctx, "5xx")
         out.append(("HTTP 5xx answers per second per instance", q.sum_by(ctx.process_group, q.rate(http, ctx.window))))
+    if ctx.has("request_errors"):
+        labels = replica_labels(ctx, "request_errors")
+        out.append((f"requests failed with HTTP 5xx per second {_where(ctx, labels)}", _rate(ctx, "request_errors")))
     if ctx.has("admission_rejections"):
         labels = replica_labels(ctx, "admission_rejections")
         out.append((f"admission rejections per second {_where(ctx, labels)}", _rate(ctx, "admission_rejections")))
@@ -114,7 +117,7 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
     if alert == "VllmLengthFinishRatioHigh":
         return (_finish_share(ctx, ("length",), "share of length finishes"),)
     if alert == "VllmAbortRatioHigh":
-        return (_finish_share(ctx, ("abort",), "share of aborted requests"),)
+        return (_finish_share(ctx, (ctx.catalog.abort_reason,), "share of aborted requests"),)
     if alert == "VllmSuccessRatioLow":
         return tuple(_success(ctx))
     if alert == "VllmKvCacheSaturated":
@@ -127,6 +130,11 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         # every pool finishes requests (prefill legs too): per replica, all of them count
         finished = q.sum_by(labels, q.rate(ctx.raw(ctx.finished_key, all_roles=True), ctx.window))
         return ((f"preemptions per finished request {_where(ctx, labels)}", q.ratio(_rate(ctx, "preemptions"), finished)),)
+    if alert == "VllmOutputTokensCollapsed" and not ctx.has("generation_length"):
+        labels = replica_labels(ctx, "generation_tokens")
+        finished = q.sum_by(labels, q.rate(ctx.raw(ctx.finished_key), ctx.window))
+        mean = q.ratio(_rate(ctx, "generation_tokens"), finished)
+        return ((f"output tokens per finished request {_where(ctx, labels)}", mean),)
     if alert == "VllmOutputTokensCollapsed":
         labels = replica_labels(ctx, "generation_length")
         mean = q.ratio(_rate(ctx, "generation_length", "_sum"), _rate(ctx, "generation_length", "_count"))

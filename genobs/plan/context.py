@@ -122,7 +122,10 @@ class Context:
     def _selectors(self, key: str, suffix: str, extra: tuple[q.Matcher, ...], all_roles: bool, models: bool) -> list[str]:
         if key in USER_FACING and not all_roles and not any(m[0] == (self.roles or ("",))[0] for m in extra):
             extra = self.role("decode") + extra
-        matchers = self.raw_matchers(self.is_process(key), models) + self.catalog.metric(key).matchers + extra
+        metric = self.catalog.metric(key)
+        if metric.label_aliases:
+            extra = tuple((metric.wire_label(label), op, value) for label, op, value in extra)
+        matchers = self.raw_matchers(self.is_process(key), models) + metric.matchers + extra
         names = [self.metric(key, suffix)]
         other = self.renamed(key)
         if other is not None:

@@ -125,7 +125,7 @@ def _record(gctx: Context) -> Recorder:
     r = Recorder(gctx)
     g = gctx.group
     r.add("attempted", "gateway_requests", "rate", gctx.sum_rate("requests_finished"))
-    errors = f"{gctx.sum_rate('request_errors')} or ({r.ref('attempted')} * 0)"
+    errors = f"{gctx.sum_rate('gateway_errors')} or ({r.ref('attempted')} * 0)"
     r.add("failed", "gateway_request_errors", "rate", errors)
     # requests rejected before the body is parsed count as errors only: both sides are summed
     # before dividing, and the share cannot go below 0
@@ -203,7 +203,7 @@ def _confirm(gctx: Context, ctx: Context, name: str) -> tuple[tuple[str, str], .
         if ctx.has(key):
             out.append((f"pods' {key} p99 per instance", q.quantile(0.99, (*per_pod, "le"), ctx.rate(key, "_bucket"))))
     else:
-        errors = q.sum_by(("model_name", "error_code"), gctx.rate("request_errors"))
+        errors = q.sum_by(("model_name", "error_code"), gctx.rate("gateway_errors"))
         out.append(("gateway errors per second by model and error_code", errors))
         if ctx.has("request_success"):
             reasons = q.sum_by((*per_pod, "finished_reason"), ctx.rate("request_success"))

@@ -31,8 +31,9 @@ def failed_reasons(ctx: Context) -> tuple[str, ...]:
     reasons = ctx.catalog.reasons_for(ctx.version)
     if "error" in reasons:
         return ("error",)
-    # a gateway counts its error answers itself (no finish reasons)
-    return () if ctx.has("http_requests") or ctx.has("request_errors") else ("abort",)
+    if ctx.has("http_requests") or ctx.has("request_errors"):
+        return ()
+    return ("abort",) if "abort" in reasons else ()
 
 
 def _http(ctx: Context, status: str, handlers: bool = True) -> str:
@@ -54,9 +55,9 @@ def http_by_model(ctx: Context, status: str, window: str, pick: Callable[[str], 
 
 def success_wording(ctx: Context, objective: str, bad: list[str]) -> str:
     sources = [f"finished_reason {', '.join(bad)}"] if bad else []
-    if ctx.has("request_errors"):
+    if ctx.has("gateway_errors"):
         sources.append(f"error answers of the {ctx.catalog.display_name}")
-    if ctx.has("http_requests"):
+    if ctx.has("http_requests") or ctx.has("request_errors"):
         sources.append("HTTP 5xx")
     if ctx.has("admission_rejections"):
         sources.append("admission rejections")
@@ -69,6 +70,9 @@ def failure_terms(ctx: Context, window: str, zero: str, pick: Callable[[str], st
     out = []
     if ctx.has("http_requests"):
         out.append(f"({http_by_model(ctx, '5xx', window, pick)} or {zero})")
+    if ctx.has("request_errors"):  # per model already (TensorRT-LLM)
+        errors = q.rate(ctx.raw("request_errors", models=not pick), window)
+        out.append(f"({q.sum_by(ctx.group, pick(errors) if pick else errors)} or {zero})")
     if ctx.has("admission_rejections"):
         if pick:
             rejected = pick(q.rate(ctx.raw("admission_rejections", models=False), window))
@@ -110,6 +114,9 @@ def record_failures(r: Recorder) -> None:
         parts.append(r.ref("failed_finishes"))
     if ctx.has("http_requests"):
         r.add("http_5xx", "http_server_errors", "rate", f"{http_by_model(ctx, '5xx', ctx.window)} or {zero}")
+        parts.append(r.ref("http_5xx"))
+    if ctx.has("request_errors"):
+        r.add("http_5xx", "http_server_errors", "rate", f"{ctx.sum_rate('request_errors')} or {zero}")
         parts.append(r.ref("http_5xx"))
     if ctx.has("admission_rejections"):
         r.add("rejected", "requests_rejected", "rate", f"{ctx.sum_rate('admission_rejections')} or {zero}")

@@ -163,6 +163,9 @@ class Plan:
     # signals the engine cannot observe or observes only approximately, one line each
     capabilities: tuple[str, ...] = ()
     engine_release: str = ""  # 'SGLang 0.5.23': the engine and release in texts
+    # signal -> why the engine cannot observe it / how it approximates it (from its profile)
+    unobservable: tuple[tuple[str, str], ...] = ()
+    approximations: tuple[tuple[str, str], ...] = ()
     raw_metrics: frozenset[str] = field(default_factory=frozenset)
 
     @property

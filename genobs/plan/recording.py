@@ -55,7 +55,7 @@ def _requests(r: Recorder) -> None:
     r.add("succeeded", "requests_succeeded", "rate", f"{stop} or ({r.ref('finished')} * 0)")
     r.add("unsuccessful", "requests_unsuccessful", "rate", f"{r.ref('finished')} - {r.ref('succeeded')}")
     liveness.record_failures(r)
-    for reason, key in (("length", "length_ratio"), ("abort", "abort_ratio")):
+    for reason, key in (("length", "length_ratio"), (ctx.catalog.abort_reason, "abort_ratio")):
         num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
         r.add(
             key, f"request_{reason}_finish", "ratio", q.ratio(f"{num} or ({r.ref('finished')} * 0)", r.ref("finished"))
@@ -128,21 +128,21 @@ def _tokens(r: Recorder) -> None:
         ("prompt_length", "prompt_tokens_per_request"),
         ("generation_length", "generation_tokens_per_request"),
     ):
-        r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
+        if ctx.has(key):  # TensorRT-LLM has no per-request token histograms
+            r.add(f"{key}_buckets", subject, "bucket", q.sum_by((*g, "le"), ctx.rate(key, "_bucket")))
     # the mean generated length feeds the modelled E2E; nothing reads a mean prompt length
-    r.add(
-        "generation_length_mean",
-        "generation_tokens_per_request",
-        "mean",
+    if ctx.has("generation_length"):
         # from _count, not the bucket rate's +Inf: the tokens-per-request alert reads this mean every
         # evaluation, and the generation-length buckets are read by a dashboard panel only (at 1m)
-        q.ratio(ctx.sum_rate("generation_length", "_sum"), ctx.sum_rate("generation_length", "_count")),
-    )
+        mean = q.ratio(ctx.sum_rate("generation_length", "_sum"), ctx.sum_rate("generation_length", "_count"))
+    else:  # generated tokens over finished requests (an approximation: aborted requests count tokens too)
+        mean = q.ratio(r.ref("generation_tps"), r.ref("finished"))
+    r.add("generation_length_mean", "generation_tokens_per_request", "mean", mean)
     # per-user speeds: tokens per second one request stream sees (tok/s/user); 0 where requests
     # finish but none decodes a second token (every answer empty), not a missing series
     silent = f"({r.ref('finished')} > 0 and {q.on(g)} {r.ref('generation_length_mean')} <= 1) * 0"
     r.add("output_speed_per_user", "output_speed_per_user", "tokens_per_second", f"{output_speed(r)} or {silent}")
-    if ctx.has("prefill_time"):
+    if ctx.has("prefill_time") and ctx.has("prompt_length"):
         r.add(
             "prefill_speed_per_user",
             "prefill_speed_per_user",
@@ -212,14 +212,15 @@ def _engine(r: Recorder) -> None:
     if deferred_split(ctx):
         deferred = ctx.raw("requests_waiting_by_reason", extra=(("reason", "=", "deferred"),))
         r.add("waiting_deferred", "requests_waiting_deferred", "sum", q.sum_by(g, deferred))
-    r.add("preemptions", "preemptions", "rate", ctx.sum_rate("preemptions"))
-    # preemptions per finished request: the share of work recomputed, comparable across fleet sizes
-    r.add(
-        "preemptions_per_request",
-        "preemptions_per_finished_request",
-        "ratio",
-        q.ratio(r.ref("preemptions"), r.ref("finished")),
-    )
+    if ctx.has("preemptions"):  # TensorRT-LLM counts none
+        r.add("preemptions", "preemptions", "rate", ctx.sum_rate("preemptions"))
+        # preemptions per finished request: the share of work recomputed, comparable across fleet sizes
+        r.add(
+            "preemptions_per_request",
+            "preemptions_per_finished_request",
+            "ratio",
+            q.ratio(r.ref("preemptions"), r.ref("finished")),
+        )
     if "prefix_caching" in ctx.features:
         if ctx.has("prefix_cache_hits"):
             expr = q.ratio(ctx.sum_rate("prefix_cache_hits"), ctx.sum_rate("prefix_cache_queries"))

@@ -94,6 +94,10 @@ def validate(doc, ctx: Context, report, only: frozenset[int] | None = None) -> N
             report((*path, "threshold"), f"a {slo.sli} SLO needs a threshold, e.g. threshold: 1s")
             continue
         key = LATENCY_SLIS[slo.sli][0]
+        if not ctx.has(key):
+            why = ctx.catalog.missing_reason(slo.sli) or f"{ctx.catalog.display_name} exports no such histogram"
+            report((*path, "sli"), f"the {slo.sli} SLI is not observable on {ctx.release}: {why}")
+            continue
         if slo.buckets is not None and ctx.version < ctx.catalog.custom_buckets_since:
             report((*path, "buckets"), f"custom histogram buckets need {_bucket_flag_text(ctx, key)}")
             continue

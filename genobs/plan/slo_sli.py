@@ -92,8 +92,8 @@ class Sli:
             return pick_recorded(ctx, " + ".join(terms))
         finished = q.sum_by(g, pick(ctx, self.raw_rate(ctx.finished_key)))
         terms = liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)
-        if ctx.has("request_errors"):  # a gateway's own error answers
-            errors = q.sum_by(g, pick(ctx, self.raw_rate("request_errors")))
+        if ctx.has("gateway_errors"):  # a gateway's own error answers (counted in its requests too)
+            errors = q.sum_by(g, pick(ctx, self.raw_rate("gateway_errors")))
             terms.append(f"({errors} or {finished} * 0)")
         if bad:
             # V0 creates a finished_reason series only once seen: absent means 0

@@ -160,6 +160,19 @@ class FleetCollector:
             return self._counter_of(f, lambda s: sum(s.counter("request_success", r) for r in ("stop", "length")))
         if f.key == "requests_aborted":
             return self._counter_of(f, lambda s: s.counter("request_success", "abort"))
+        if f.key == "request_errors":  # TensorRT-LLM: the server's HTTP errors per model (none simulated)
+            return self._labelled(f, "http_code", {"500": lambda s: 0.0})
+        if f.key == "spec_decode_drafts" and m.fixed_labels():  # drafted tokens at position 0 = drafts
+            label, value = next(iter(m.fixed_labels().items()))
+            return self._labelled(f, label, {value: lambda s: s.counter("spec_decode_drafts")})
+        if f.key == "spec_decode_accepted_per_pos" and m.label_aliases:
+            positions = {str(i): (lambda s, i=i: s.counter(f.key, str(i))) for i in range(SPEC_TOKENS)}
+            return self._labelled(f, m.wire_label("position"), positions)
+        if f.key == "request_success" and self.catalog.abort_reason != "abort":
+            # the traffic model's `abort` is the engine's own reason (TensorRT-LLM: cancelled)
+            own = {r: (lambda s, r=r: s.counter(f.key, "abort" if r == self.catalog.abort_reason else r))
+                   for r in self.catalog.reasons_for(self.version)}
+            return self._labelled(f, "finished_reason", own)
         if len(m.labels) > 1:
             raise ValueError(f"simulator supports at most one extra label, {f.key} has {m.labels}")
         extra = m.labels[0] if m.labels else None
@@ -216,6 +229,15 @@ class FleetCollector:
         fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
         for s in self.fleet.series:
             fam.add_metric(self._series_labels(s), value(s))
+        return fam
+
+    def _labelled(self, f: Family, label: str, values: dict[str, Callable[[SeriesState], float]]) -> Metric:
+        """A counter with one extra label, one series per model (and rank) and label value."""
+        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self.static, label]
+        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
+        for s in self.fleet.series:
+            for value, read in values.items():
+                fam.add_metric([*self._series_labels(s), value], read(s))
         return fam
 
     def _prefill_modes(self, f: Family) -> Metric:

@@ -164,7 +164,7 @@ class GatewaySimulator:
             for m, s in self._state.items():
                 c.add_metric(self._values(m, legacy), s["requests"])
             yield c
-        for name, legacy in self._names("request_errors"):
+        for name, legacy in self._names("gateway_errors"):
             labels = [*self._labels(legacy)[:2], *(["fairness_id", "priority"] if not legacy else []), "error_code"]
             c = CounterMetricFamily(name, "Total number of request errors.", labels=labels)
             for m, s in self._state.items():

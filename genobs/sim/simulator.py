@@ -97,8 +97,9 @@ class Simulator:
             self.models,
             ranks,
             hist_buckets,
-            # an engine without finish reasons still finishes requests as stop, length or abort
-            catalog.reasons_for(v) or UNLABELLED_REASONS,
+            # an engine without finish reasons still finishes requests as stop, length or abort;
+            # the traffic model calls a client's give-up `abort` whatever the engine names it
+            tuple("abort" if r == catalog.abort_reason else r for r in catalog.reasons_for(v)) or UNLABELLED_REASONS,
             seed=seed,
             request_rate=request_rate,
             fault_after=fault_after,

@@ -66,8 +66,8 @@ class _Gen:
         labels = dict(self.ident.engine)
         if self.cap.gpu is not None:  # the GPU join needs the pod (and namespace) the scrape adds
             labels.update(pod_labels(self.ident))
-        if rank is not None:
-            labels["engine"] = rank
+        if rank is not None and self.ctx.rank_label is not None:
+            labels[self.ctx.rank_label] = rank
         return {**labels, **extra}
 
     def counter(self, per_second: float) -> str:
@@ -92,6 +92,9 @@ class _Gen:
         n = len(self.ident.ranks)
         if gpu_only:
             return self.gauges(s, n) + self.dcgm(s)
+        if not ctx.has("request_success"):  # finished requests without a reason (SGLang)
+            for rank in self.ident.ranks:
+                out.append(series_entry(ctx.metric("requests_finished"), self.engine(rank), self.counter(s.finished)))
         for reason in ctx.catalog.reasons_for(ctx.version):
             rate = s.finished if reason == "stop" else 0
             for rank in self.ident.ranks:

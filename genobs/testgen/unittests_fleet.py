@@ -396,6 +396,8 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
         elif base in needed and m.type == "counter":
             ranks = ident.ranks if m.engine_label else (None,)
             for labels, rate in _counter_rates(ctx, key, fleet):
+                # the profile's fixed labels and its names for genobs' labels (position -> token_position)
+                labels = {m.wire_label(k): v for k, v in {**m.fixed_labels(), **labels}.items()}
                 for rank in ranks:
                     value = 0 if still else rate
                     out.append(series_entry(base, engine_labels(rank, **labels), _counter(value, len(ranks), minutes)))
@@ -432,6 +434,8 @@ def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str,
         return [({}, sum(fleet.reasons().get(r, 0) for r in UNLABELLED_FINISHES))]
     if key == "requests_aborted":
         return [({}, fleet.reasons().get("abort", 0))]
+    if key == "request_errors":  # the server's 5xx answers, per model (TensorRT-LLM)
+        return [({"http_code": "500"}, fleet.http_5xx)]
     if key == "request_success":
         reasons = fleet.reasons()
         return [({"finished_reason": r}, reasons.get(r, 0)) for r in ctx.catalog.reasons_for(ctx.version)]

@@ -157,13 +157,19 @@ def _latency(alias: str) -> Probe:
 
 
 def _finish_share(reason: str) -> Probe:
+    def own(env: Env) -> str:
+        """The engine's name of the reason: a client that went away is `cancelled` on TensorRT-LLM."""
+        return env.ctx.catalog.abort_reason if reason == "abort" else reason
+
     def value(env: Env, fleet: Fleet, at: int) -> float:
-        return env.finish_rate(fleet, (reason,), at) / env.finish_rate(fleet, env.all_reasons(), at)
+        if not env.ctx.has("request_success"):  # aborted per finished request, counted apart (SGLang)
+            return env.finish_rate(fleet, ("abort",), at) / env.finish_rate(fleet, env.all_reasons(), at)
+        return env.finish_rate(fleet, (own(env),), at) / env.finish_rate(fleet, env.all_reasons(), at)
 
     return Probe(
         "group",
         value,
-        lambda env, fleet, k: fleet.with_share(reason, k),  # type: ignore[arg-type]
+        lambda env, fleet, k: fleet.with_share(own(env) if env.ctx.has("request_success") else reason, k),  # type: ignore[arg-type]
         lambda env, _: range(1, REQUESTS + 1),
     )
 
@@ -182,6 +188,8 @@ def success_value(env: Env, fleet: Fleet, at: int) -> float:
     extra = []
     if ctx.has("http_requests"):
         extra.append(http_rate(env, fleet.http_5xx, at))
+    if ctx.has("request_errors"):  # per model, one series (TensorRT-LLM)
+        extra.append(fleet_rate(fleet.http_5xx, 1, env.window, at))
     if ctx.has("admission_rejections"):
         extra.append(fleet_rate(fleet.rejected, 1, env.window, at))
     failed, attempted = 0.0, finished

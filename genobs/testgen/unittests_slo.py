@@ -49,7 +49,7 @@ def wire_keys(ctx: Context) -> dict[str, tuple[str, str]]:
 
 # series the success SLI reads beside finish reasons: HTTP 5xx (attributed to models through
 # the running gauge) and admission rejections
-_SUCCESS_TERMS = ("http_requests", "admission_rejections", "requests_running")
+_SUCCESS_TERMS = ("http_requests", "request_errors", "admission_rejections", "requests_running")
 
 
 def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloDef]:
@@ -98,7 +98,7 @@ def _read_slo(
     read = [leaf for sel in q.vector_selectors(errors[0].expr) for leaf in _leaves(sel, sources)]
     for sel in read:
         found = wires.get(sel.name)
-        http = http or (found is not None and found[0] == "http_requests")
+        http = http or (found is not None and found[0] in ("http_requests", "request_errors"))
         if found is None or found[0] in _SUCCESS_TERMS:
             continue
         if found[0] == "request_success":
@@ -159,7 +159,7 @@ def _direct_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) ->
         rates = fleet.reasons()
         total = env.sum(env.rate(rates.get(r, 0), at, window) for r in env.all_reasons())
         terms = []
-        if env.ctx.has("http_requests"):
+        if env.ctx.has("http_requests") or env.ctx.has("request_errors"):
             terms.append(fleet_rate(fleet.http_5xx, 1, window, at))
         if env.ctx.has("admission_rejections"):
             terms.append(fleet_rate(fleet.rejected, 1, window, at))
