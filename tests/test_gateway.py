@@ -125,6 +125,9 @@ def test_gateway_without_ttft_leaves_the_page_with_the_pods_and_says_so(tmp_path
     assert result.exit_code == 0, result.output
     assert "(ttft) is not observable on llm-d EPP 0.8.0" in result.output
     assert "VllmTtftP99High keeps paging from the pods" in result.output
+    explained = CliRunner().invoke(main, ["explain", "--spec", str(spec), "ttft"])
+    assert explained.exit_code == 0, explained.output
+    assert "(ttft) is not observable on llm-d EPP 0.8.0" in " ".join(explained.output.split())
     _, plan = _read(_spec(engine_version="0.8"))
     assert {a.severity for a in plan.alerts if a.name == "VllmTtftP99High"} == {"critical", "warning"}
     assert not [a for a in plan.alerts if a.name == "GatewayTtftP99High"]
