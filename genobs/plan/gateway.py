@@ -138,6 +138,10 @@ def _record(gctx: Context) -> Recorder:
     for key, subject in _LATENCIES.items():
         if gctx.has(key):
             _histogram(r, key, key, subject)
+    # the gateway's alerts, SLOs and panels read quantiles and buckets, no means
+    means = {name for key, name in r.names.items() if key.endswith("_mean")}
+    r.rules = [rule for rule in r.rules if rule.record not in means]
+    r.names = {k: v for k, v in r.names.items() if v not in means}
     r.add("running", "gateway_requests_running", "sum", q.sum_by(g, gctx.raw("requests_running")))
     pool = tuple(label for label in g if label != "model_name") + ("name",)
     r.add("pool_ready", "gateway_pool_ready_endpoints", "max", q.max_by(pool, gctx.raw("pool_ready_endpoints", models=False)))
@@ -371,6 +375,15 @@ def _row(gctx: Context, r: Recorder, pod_names: dict[str, str], ctx: Context) ->
                 Target(q.selector(r.names["attempted"], m), "received {{model_name}}"),
                 Target(q.selector(r.names["running"], m), "in flight {{model_name}}"),
             ),
+        )
+    )
+    panels.append(
+        Panel(
+            "Gateway ready endpoints",
+            "Ready endpoints (pods) of each InferencePool, as the endpoint picker sees them.",
+            "short",
+            (Target(q.selector(r.names["pool_ready"], [(k, "=", v) for k, v in gctx.selector]), "{{name}}"),),
+            min=0,
         )
     )
     return Row(f"Gateway ({gctx.release})", tuple(panels))
