@@ -96,7 +96,8 @@ def test_open_rows_read_no_series_per_replica_or_target(spec: Path):
     assert {p["title"] for p in collapsed} >= {"API-server process"}
     assert all(p["panels"] for p in collapsed)
     hidden = [c["title"] for p in collapsed for c in p["panels"]]
-    assert "API-server resident memory" in hidden
+    # (on an engine without process_* series, marked "(not observable on <engine> <version>)")
+    assert any(t.startswith("API-server resident memory") for t in hidden)
     assert len(flat_panels(board)) == len(board["panels"]) + len(hidden)
 
 

@@ -242,3 +242,17 @@ def test_compare_queries_read_only_names_of_the_real_body(engine: str):
     assert names and not names - body_names(*ENGINE_SPECS[engine])
     if engine == "sglang":
         assert any('mode=~".*_hit"' in query.expr for query in queries if query.key == "prefix_hit")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_capability_entries_name_real_signals(engine: str):
+    """A profile's not_observable and approximate entries are signals genobs alerts on (a typo
+    would silently keep an alert the engine cannot back), and each says why."""
+    from genobs.plan.alerts import signal_data
+
+    signals = set(signal_data()["signals"])
+    catalog = load_catalog(engine)
+    for signal, why in (*catalog.not_observable, *catalog.approximate):
+        assert signal in signals, f"{engine}: {signal} is not a signal of genobs/data/signals.yaml"
+        assert len(why) > 20, f"{engine}: say why {signal} is missing or approximate"
+    assert not {s for s, _ in catalog.not_observable} & {s for s, _ in catalog.approximate}
