@@ -202,10 +202,10 @@ def _confirm(gctx: Context, ctx: Context, name: str) -> tuple[tuple[str, str], .
     models = ("model_name", "target_model_name")
     out: list[tuple[str, str]] = []
     if key is not None:
-        at_gw = q.quantile(0.99, (*models, "le"), gctx.rate(key, "_bucket"))
+        at_gw = q.quantile(0.99, models, gctx.rate(key, "_bucket"))
         out.append((f"gateway {key} p99 per requested and target model", at_gw))
         if ctx.has(key):
-            out.append((f"pods' {key} p99 per instance", q.quantile(0.99, (*per_pod, "le"), ctx.rate(key, "_bucket"))))
+            out.append((f"pods' {key} p99 per instance", q.quantile(0.99, per_pod, ctx.rate(key, "_bucket"))))
     else:
         errors = q.sum_by(("model_name", "error_code"), gctx.rate("gateway_errors"))
         out.append(("gateway errors per second by model and error_code", errors))
