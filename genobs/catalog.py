@@ -122,6 +122,9 @@ class Catalog:
     static_labels: tuple[tuple[str, str], ...] = ()
     abort_reason: str = "abort"  # the finish reason of a request the client gave up on
     metrics_path: str = "/metrics"  # where the engine serves Prometheus text
+    # labels that tell one replica's schedulers apart on the series that carry them, where no rank
+    # label is shared by every series (SGLang: dp_rank on scheduler gauges, none on tokenizer counters)
+    scheduler_labels: tuple[str, ...] = ()
 
     def release(self, v: Version) -> str:
         """'SGLang 0.5.23': the engine and release in messages."""
@@ -217,6 +220,7 @@ def _build(raw: dict) -> Catalog:
         static_labels=tuple((k, str(v)) for k, v in raw.get("static_labels", {}).items()),
         abort_reason=raw.get("abort_reason", "abort"),
         metrics_path=raw.get("metrics_path", "/metrics"),
+        scheduler_labels=tuple(raw.get("scheduler_labels", ())),
     )
 
 

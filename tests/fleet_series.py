@@ -752,10 +752,14 @@ class SglangReplicaSeries(ReplicaSeries):
         base = {"job": fleet.job, "namespace": fleet.namespace, "instance": r.instance, "pod": r.pod}
         base.update(fleet.target_labels)
         base.update(r.labels)
+        # a prefill/decode pair's servers say their role in engine_type (a pool's labels), else unified
+        role = self.role = base.pop("engine_type", "unified")
         self.base = tuple(base.items())
-        self.model = (*self.base, ("engine_type", "unified"), ("model_name", fleet.model))  # tokenizer labels
-        sched = (*self.base, ("model_name", fleet.model), *d["scheduler_labels"].items())
-        self.engine = [(*sched, ("dp_rank", str(e))) for e in range(fleet.engines)]
+        self.model = (*self.base, ("engine_type", role), ("model_name", fleet.model))  # tokenizer labels
+        sched = {**d["scheduler_labels"], "engine_type": role}
+        rank = (*self.base, ("model_name", fleet.model), *sched.items())
+        # without data parallelism (engines: 1) the schedulers write no dp_rank, as in the P/D bodies
+        self.engine = [(*rank, ("dp_rank", str(e))) if fleet.engines > 1 else rank for e in range(fleet.engines)]
         self.hists = {}
         for key, h in d["histograms"].items():
             bounds = (*(float(b) for b in h["buckets"]), math.inf)
@@ -808,15 +812,20 @@ class SglangReplicaSeries(ReplicaSeries):
         # the tokenizer sees the requests of every scheduler that still makes progress
         n = p["rate"] * dt * sum(live) / engines
         done = n * (finish.get("stop", 0.0) + finish.get("length", 0.0)) / total
+        # a P/D prefill server (the real prefill body) records no TTFT, ITL, TPOT, aborts or
+        # retraction counts: its legs end after the first token, handed to the decode server
+        decodes = self.role != "prefill"
         self._tok_counter("finished", done)
-        self._tok_counter("aborted", n * finish.get("abort", 0.0) / total)
+        if decodes:
+            self._tok_counter("aborted", n * finish.get("abort", 0.0) / total)
         self._tok_counter("prompt_tokens", n * prompt_d.mean())
         self._tok_counter("generation_tokens", n * out_d.mean())
-        self._tok_hist("ttft", n, ttft_d)
         self._tok_hist("e2e", done, e2e_d)
-        self._tok_hist("tpot", done, tpot_d)
-        # SGLang spreads each streamed chunk's interval over its tokens: one observation per token
-        self._tok_hist("itl", n * max(out_d.mean() - 1, 0.0), tpot_d)
+        if decodes:
+            self._tok_hist("ttft", n, ttft_d)
+            self._tok_hist("tpot", done, tpot_d)
+            # SGLang spreads each streamed chunk's interval over its tokens: one observation per token
+            self._tok_hist("itl", n * max(out_d.mean() - 1, 0.0), tpot_d)
         self._tok_hist("prompt_tokens", done, prompt_d)
         self._tok_hist("output_tokens", done, out_d)
         kv = p["kv"] if isinstance(p["kv"], list) else [p["kv"]] * engines
@@ -829,8 +838,9 @@ class SglangReplicaSeries(ReplicaSeries):
             effective = d["scheduler_counters"]["prefill_effective"]
             for mode, inc in (("input", prompt * (1 - hit)), ("device_hit", prompt * hit), ("host_hit", 0.0), ("storage_hit", 0.0)):
                 self._add(effective, (*labels, ("mode", mode)), inc)
-            retracted = float(p["preemptions"]) * dt / engines if live[e] else 0.0
-            self._add(d["scheduler_counters"]["retractions"], labels, retracted)
+            if decodes:
+                retracted = float(p["preemptions"]) * dt / engines if live[e] else 0.0
+                self._add(d["scheduler_counters"]["retractions"], labels, retracted)
             g = d["gauges"]
             self._s(g["running"], labels, False).values.append(0.0 if zero else float(split(int(p["running"]), engines)[e]))
             self._s(g["waiting"], labels, False).values.append(0.0 if zero else float(split(int(p["waiting"]), engines)[e]))

@@ -256,3 +256,29 @@ def test_capability_entries_name_real_signals(engine: str):
         assert signal in signals, f"{engine}: {signal} is not a signal of genobs/data/signals.yaml"
         assert len(why) > 20, f"{engine}: say why {signal} is missing or approximate"
     assert not {s for s, _ in catalog.not_observable} & {s for s, _ in catalog.approximate}
+
+
+def test_sglang_pd_fleet_exports_what_the_real_pd_bodies_have():
+    """The prefill and decode servers of a scenario P/D pair carry the names and label sets of
+    SGLang's real prefill and decode bodies (engine_type prefill | decode, no dp_rank)."""
+    from fleet_series import Fleet
+
+    spec = {"service": {"engine": "sglang", "engine_version": "0.5.23", "selector": {"job": "pd"}, "models": ["m"]}}
+    pools = [
+        {"name": "prefill", "replicas": 1, "labels": {"engine_type": "prefill"}},
+        {"name": "decode", "replicas": 1, "labels": {"engine_type": "decode"}},
+    ]
+    fleet = Fleet({"engines": 1, "duration": "2m", "pools": pools}, spec)
+    real = {
+        "prefill": body_label_sets("sglang_0.5.23_pd_prefill_exposition.txt"),
+        "decode": body_label_sets("sglang_0.5.23_pd_decode_exposition.txt"),
+    }
+    for s in fleet.series():
+        name, _, rest = s["series"].partition("{")
+        if name == "up" or name == "sglang:http_responses_total":  # HTTP series: not in the P/D bodies
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+        role = labels["engine_type"]
+        keys = frozenset(labels) - {"le", "job", "namespace", "instance", "pod"}
+        assert name in real[role], f"{name} is not in the real SGLang {role} body"
+        assert keys in real[role][name], f"{role} {name}: {sorted(keys)} vs {sorted(map(sorted, real[role][name]))}"

@@ -92,9 +92,17 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
     unavailable = set()
     for feature in sorted(features):
         keys, what = _FEATURE_NEEDS[feature]
+        if feature == "disaggregated_prefill" and catalog.missing_reason("nixl_transfer") is not None:
+            continue  # prefill/decode pools without KV-transfer series: the capability notes say so
         if not any(catalog.name(k, version) for k in keys):
             unavailable.add(feature)
-            ranges = "; ".join(catalog.metric(k).versions_text() for k in keys)
+            known = [catalog.metrics[k] for k in keys if k in catalog.metrics]
+            if not known:
+                problems.append(
+                    doc.problem(("features", feature), f"{catalog.release(version)} exports no {what}")
+                )
+                continue
+            ranges = "; ".join(m.versions_text() for m in known)
             problems.append(
                 doc.problem(
                     ("features", feature),

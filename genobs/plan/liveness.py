@@ -25,6 +25,12 @@ def engine_labels(ctx: Context) -> tuple[str, ...]:
     return replica_labels(ctx)
 
 
+def scheduler_labels(ctx: Context) -> tuple[str, ...]:
+    """One scheduler of a replica, on the gauges that carry its labels: the engine's labels, plus
+    the profile's per-scheduler labels where the engine has no shared rank label (SGLang dp_rank)."""
+    return tuple(dict.fromkeys((*engine_labels(ctx), *ctx.catalog.scheduler_labels)))
+
+
 def failed_reasons(ctx: Context) -> tuple[str, ...]:
     """finished_reason values that mean the server failed. vLLM has `error` from 0.13; before
     0.8.3 there is no HTTP status either, so `abort` (client or internal) is all there is."""
@@ -156,7 +162,10 @@ def hung_replicas(r: Recorder) -> str:
 def held(ctx: Context, key: str) -> str:
     """A per-engine gauge, gap-tolerant (HELD_WINDOW) and counted once when two monitors scrape
     the same pod (they differ only in discovery labels such as `service` or `endpoint`)."""
-    return q.max_by(engine_labels(ctx), f"last_over_time({ctx.raw(key)}[{HELD_WINDOW}])")
+    latest = q.max_by(scheduler_labels(ctx), f"last_over_time({ctx.raw(key)}[{HELD_WINDOW}])")
+    if scheduler_labels(ctx) == engine_labels(ctx):
+        return latest
+    return q.sum_by(engine_labels(ctx), latest)  # a replica holds what its schedulers hold
 
 
 def record_liveness(r: Recorder) -> None:

@@ -81,6 +81,8 @@ def _latencies(r: Recorder) -> None:
     if pools:
         # the prefill pool's own view: its legs run with max_tokens=1, so TTFT there is queue + prefill
         for key, subject in (("ttft", "ttft_seconds"), ("prefill_time", "prefill_time_seconds"), ("queue_time", "queue_time_seconds")):
+            if not ctx.has(key):
+                continue  # SGLang has no prefill-time histogram
             _histogram(r, f"prefill_pool_{key}", key, f"prefill_pool_{subject}", ctx.role("prefill"))
 
 
@@ -191,7 +193,7 @@ def _engine(r: Recorder) -> None:
     r.add("kv_cache_usage", "kv_cache_usage", "max", q.max_by(g, kv))
     # each engine (data-parallel rank) has its own KV pool and scheduler queue: a full cache is
     # saturation only where requests wait behind it, so pair the two per engine before taking the max
-    queueing = f"{kv} and {q.on(liveness.engine_labels(ctx))} {waiting} > 0"
+    queueing = f"{kv} and {q.on(liveness.scheduler_labels(ctx))} {waiting} > 0"
     # per replica: saturation is an imbalance to name (one hot replica), not a fleet-wide figure
     replica_kv = q.max_by(liveness.replica_labels(ctx), queueing)
     r.add("replica_kv_cache_usage_queueing", "replica_kv_cache_usage_with_waiting", "max", replica_kv)
@@ -200,7 +202,7 @@ def _engine(r: Recorder) -> None:
     # per replica (and pool): the queue-outlier alert compares each replica with its pool's median
     replica = tuple(dict.fromkeys((*liveness.replica_labels(ctx), *pool_label(ctx))))
     # each engine counted once where two monitors scrape the same pod (only discovery labels differ)
-    engines = tuple(dict.fromkeys((*liveness.engine_labels(ctx), *pool_label(ctx))))
+    engines = tuple(dict.fromkeys((*liveness.scheduler_labels(ctx), *pool_label(ctx))))
     r.add("replica_waiting", "replica_requests_waiting", "sum", q.sum_by(replica, q.max_by(engines, waiting)))
     # the fleet's queue spread over the replicas that serve the model: a total ignores replica count
     average = f"avg {q.by(g)} ({r.ref('replica_waiting')})"
@@ -283,7 +285,7 @@ def _features(r: Recorder) -> None:
     ctx = r.ctx
     if "speculative_decoding" in ctx.features:
         _spec_decode(r)
-    if "disaggregated_prefill" in ctx.features:
+    if "disaggregated_prefill" in ctx.features and ctx.has("nixl_xfer_time"):
         _nixl(r)
 
 
