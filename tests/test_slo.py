@@ -214,7 +214,7 @@ def test_custom_buckets_need_0_32_and_reasons_must_exist():
 
 def test_le_matches_prometheus_2_and_3_spellings():
     plan = build_plan(load_spec(CHAT))
-    exprs = " ".join(r.expr for r in plan.recording_rules if r.record.startswith("genobs:slo_errors"))
+    exprs = " ".join(r.expr for r in plan.recording_rules if r.record.startswith("genobs:slo_events"))
     assert 'le=~"1(\\\\.0+)?"' in exprs and 'le=~"0\\\\.10*"' in exprs
 
 
@@ -254,8 +254,9 @@ def test_burn_rate_table_can_be_replaced_per_slo(tmp_path, promtool):
 
 
 def test_one_rule_per_window_and_request_rates_only_where_a_gate_reads_them():
-    """The shortest window records requests, errors and the burn rate; every longer window one
-    burn-rate rule; a request rate only at the long window of each alert pair (its traffic gate)."""
+    """The shortest window records requests and errors in one rule (one series each, told apart by
+    `event`) and the burn rate; every longer window one burn-rate rule; a request rate only at
+    the long window of each alert pair (its traffic gate)."""
     plan = build_plan(load_spec(CHAT))
     by_slo: dict[str, list[str]] = {}
     for r in plan.recording_rules:
@@ -263,9 +264,9 @@ def test_one_rule_per_window_and_request_rates_only_where_a_gate_reads_them():
             by_slo.setdefault(dict(r.labels)["slo"], []).append(r.record)
     windows = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
     burns = [f"genobs:slo_burn_rate:rate{w}" for w in windows]
-    base = ["genobs:slo_requests:rate5m", "genobs:slo_errors:rate5m"]
-    # the period's budget, from the long group's 2m means of the base-window rates
-    budget = ["genobs:slo_error_budget:remaining_30d", "genobs:slo_errors:rate5m_avg2m", "genobs:slo_requests:rate5m_avg2m"]
+    base = ["genobs:slo_events:rate5m"]
+    # the period's budget, from the long group's 2m means of the base-window events
+    budget = ["genobs:slo_error_budget:remaining_30d", "genobs:slo_events:rate5m_avg2m"]
     for slo, gate in (("first-token", "slo_requests"), ("availability", "slo_requests"), ("token-pace", "slo_gate_requests")):
         gates = [f"genobs:{gate}:rate{w}" for w in ("1h", "6h", "1d", "3d")]
         if gate != "slo_requests":
@@ -284,7 +285,8 @@ def test_error_budget_remaining_sums_every_base_sample_from_fewer(tmp_path, prom
     inputs += [series(e, "error", "0+0x60 0+0.6x30 18+0x60") for e in ("0", "1")]
     sel = '{job="vllm-chat",model_name="gpt-oss-120b",namespace="llm-prod",slo="availability",spec="chat"}'
     direct = (
-        f"(1 - sum_over_time(genobs:slo_errors:rate5m{sel}[30d]) / sum_over_time(genobs:slo_requests:rate5m{sel}[30d])"
+        f'(1 - sum without (event) (sum_over_time(genobs:slo_events:rate5m{sel[:-1]},event="errors"}}[30d]))'
+        f' / sum without (event) (sum_over_time(genobs:slo_events:rate5m{sel[:-1]},event="requests"}}[30d]))'
         " / 0.005)"
     )
     labels = '{job="vllm-chat",model_name="gpt-oss-120b",namespace="llm-prod",slo="availability",spec="chat"}'

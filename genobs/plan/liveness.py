@@ -132,7 +132,20 @@ def record_failures(r: Recorder) -> None:
     r.add("failed", "requests_failed", "rate", " + ".join(parts))
     attempted = " + ".join([r.ref("finished"), *parts[1 if reasons else 0 :]])
     r.add("attempted", "requests_attempted", "rate", attempted)
-    r.add("success_ratio", "request_success", "ratio", f"1 - {q.ratio(r.ref('failed'), r.ref('attempted'))}")
+    # from the inputs of failed and attempted, each read once in this rule (not from the two
+    # recorded sums, which a ruler on a remote storage may hand over from different
+    # evaluations): failures <= attempts, so the ratio stays within 0..1
+    all_reasons = q.sum_by(ctx.group, r.ref("finish_by_reason"))
+    failed_now, attempted_now = [], [all_reasons]
+    if reasons:
+        sel = r.ref("finish_by_reason", (("finished_reason", "=~", q.any_of(reasons)),))
+        failed_now.append(f"({q.sum_by(ctx.group, sel)} or {all_reasons} * 0)")
+    for key in ("http_5xx", "rejected"):
+        if key in r.names:
+            failed_now.append(r.ref(key))
+            attempted_now.append(r.ref(key))
+    ratio = q.ratio(" + ".join(failed_now), " + ".join(attempted_now))
+    r.add("success_ratio", "request_success", "ratio", f"1 - {ratio}")
     # requests over the last hour, a low-traffic model's evidence: the recorded 5m rates summed
     # over the hour's evaluations times the interval (a series younger than the hour is not
     # extrapolated to a full hour, as an average times 3600 would be)

@@ -53,13 +53,16 @@ def _requests(r: Recorder) -> None:
     stop = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", "stop"),)))
     # V0 creates a finished_reason series only once it is seen: fall back to 0
     r.add("succeeded", "requests_succeeded", "rate", f"{stop} or ({r.ref('finished')} * 0)")
-    r.add("unsuccessful", "requests_unsuccessful", "rate", f"{r.ref('finished')} - {r.ref('succeeded')}")
+    # from the rate by reason alone, not finished - succeeded (two recorded series a ruler on a
+    # remote storage may hand over from different evaluations): never below 0
+    not_stop = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "!=", "stop"),)))
+    r.add("unsuccessful", "requests_unsuccessful", "rate", f"{not_stop} or ({r.ref('finished')} * 0)")
     liveness.record_failures(r)
+    # numerator and denominator from one read of the rate by reason: a share between 0 and 1
+    all_reasons = q.sum_by(g, r.ref("finish_by_reason"))
     for reason, key in (("length", "length_ratio"), (ctx.catalog.abort_reason, "abort_ratio")):
         num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
-        r.add(
-            key, f"request_{reason}_finish", "ratio", q.ratio(f"{num} or ({r.ref('finished')} * 0)", r.ref("finished"))
-        )
+        r.add(key, f"request_{reason}_finish", "ratio", q.ratio(f"{num} or ({all_reasons} * 0)", all_reasons))
 
 
 def _latencies(r: Recorder) -> None:

@@ -14,7 +14,7 @@ from genobs.plan import liveness
 from genobs.plan.alerts import labels_template
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, RecordingRule, Row
-from genobs.plan.slo_sli import Sli, marker_rule
+from genobs.plan.slo_sli import Sli, event_selector, events, marker_rule, without_event
 from genobs.plan.slo_views import LATENCY_SLIS, slo_row, unavailable
 from genobs.units import format_percent, format_seconds, parse_ratio, parse_seconds, prom_duration_seconds
 
@@ -173,24 +173,29 @@ def _is_long(window: str, table: list[dict]) -> bool:
     return prom_duration_seconds(window) >= LONG_WINDOW_SECONDS and window not in paging
 
 
-def _over(own, subject: str, base: str, w: str) -> tuple[str, float]:
+def _over(short: str, base: str, w: str) -> tuple[str, float]:
     """(k * avg_over_time(base rate[w - base]) + base rate now, k + 1): see _derived."""
     k = (prom_duration_seconds(w) - prom_duration_seconds(base)) / prom_duration_seconds(base)
     span = _duration(prom_duration_seconds(w) - prom_duration_seconds(base))
-    short = own(naming.record(subject, f"rate{base}"))
     return f"{k:g} * avg_over_time({short}[{span}]) + {short}", k + 1
 
 
-def _derived_burn(own, base: str, w: str, budget: float) -> str:
-    """Burn rate over window `w` in one rule, from the recorded base-window errors and requests:
-    both are derived as in _derived, and their common 1 / (k + 1) cancels in the ratio."""
-    errors, _ = _over(own, "slo_errors", base, w)
-    requests, _ = _over(own, "slo_requests", base, w)
-    return f"{q.ratio(errors, requests)} / {budget:g}"
+def _burn(errors: str, requests: str, budget: float) -> str:
+    """errors / requests / budget over the two sides of one events series (see slo_sli.events)."""
+    return f"{q.ratio(without_event(errors), without_event(requests))} / {budget:g}"
 
 
-def _derived(own, base: str, w: str, tag: tuple, subjects: tuple[str, ...]) -> list[RecordingRule]:
-    """Rates over window `w` (requests, for a traffic gate) from the recorded base-window rates.
+def _derived_burn(errors: str, requests: str, base: str, w: str, budget: float) -> str:
+    """Burn rate over window `w` in one rule, from the two sides of the recorded base-window
+    events: both are derived as in _derived, and their common 1 / (k + 1) cancels in the ratio.
+    The sides were recorded together, so every sample of the window pairs errors and requests
+    of the same evaluation: a total outage burns exactly 1 / budget, a healthy fleet 0."""
+    return _burn(_over(errors, base, w)[0], _over(requests, base, w)[0], budget)
+
+
+def _derived(short: str, name: str, base: str, w: str, tag: tuple, strip: bool = False) -> RecordingRule:
+    """A rate over window `w` (requests, for a traffic gate) from the recorded base-window rate
+    `short`, recorded as `name` (`strip`: without the event label of an SLO's events).
 
     avg_over_time of the base rate over w - base covers w, but a base-window rate sees a
     change only gradually, so the newest base window is counted once more:
@@ -198,26 +203,22 @@ def _derived(own, base: str, w: str, tag: tuple, subjects: tuple[str, ...]) -> l
     In steady traffic this is the rate over w; after a step change it is never below the
     raw rate over w (the newest base window weighs between 1 and 2), so no alert on w fires
     later than on raw counters."""
-    out = []
-    for subject in subjects:
-        total, weight = _over(own, subject, base, w)
-        out.append(RecordingRule(naming.record(subject, f"rate{w}"), f"({total}) / {weight:g}", tag))
-    return out
+    total, weight = _over(short, base, w)
+    expr = f"({total}) / {weight:g}"
+    return RecordingRule(name, without_event(expr) if strip else expr, tag)
 
 
-def _period_budget(own, base: str, period: str, budget: float, step: str, tag: tuple) -> list[RecordingRule]:
+def _period_budget(own, events_name: str, period: str, budget: float, step: str, tag: tuple):
     """The budget left over the SLO period. Each evaluation of the long-window group (every
-    `step`) records the mean of the base-window rates recorded since the last one; the period's
-    error ratio is the sum of those means over the period, errors over requests. Those means
-    tile the base-window samples exactly (a `step` window holds step / evaluation interval of
-    them), so the ratio is the one a sum over every base-window sample gives, from 4x fewer
-    samples (a 30d period: 21,600 instead of 86,400 per series and side)."""
-    rules, sums = [], []
-    for subject in ("slo_errors", "slo_requests"):
-        mean = naming.record(subject, f"rate{base}_avg{step}")
-        rules.append(RecordingRule(mean, f"avg_over_time({own(naming.record(subject, f'rate{base}'))}[{step}])", tag))
-        sums.append(f"sum_over_time({own(mean)}[{period}])")
-    remaining = f"1 - {q.ratio(*sums)} / {budget:g}"
+    `step`) records the mean of the base-window events recorded since the last one (both sides
+    in one rule); the period's error ratio is the sum of those means over the period, errors
+    over requests. Those means tile the base-window samples exactly (a `step` window holds
+    step / evaluation interval of them), so the ratio is the one a sum over every base-window
+    sample gives, from 4x fewer samples (a 30d period: 21,600 instead of 86,400 per series and side)."""
+    mean = f"{events_name}_avg{step}"
+    rules = [RecordingRule(mean, f"avg_over_time({own(events_name)}[{step}])", tag)]
+    errors, requests = (f"sum_over_time({own(mean, event)}[{period}])" for event in ("errors", "requests"))
+    remaining = f"1 - {_burn(errors, requests, budget)}"
     return [*rules, RecordingRule(naming.record("slo_error_budget", f"remaining_{period}"), remaining, tag)]
 
 
@@ -234,7 +235,9 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
     ratios over-weights quiet hours (Sloth #241) and Pyrra's increase over the raw counters
     still reads every pod's samples (Pyrra #1440). See _derived for the window arithmetic.
     The cost no longer grows with the fleet: a long window reads one recorded series per
-    group_by value instead of every pod's raw counters."""
+    group_by value instead of every pod's raw counters. The base window's requests and errors
+    are one rule (slo_sli.events), so every window's ratio pairs the two sides of one evaluation,
+    also on a ruler that reads recorded series late (vmalert on a remote storage)."""
     rules: list[RecordingRule | AlertRule] = []
     long_rules: list[RecordingRule | AlertRule] = []
     rows: list[Row] = []
@@ -262,12 +265,13 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
             if slo.sli == "ttft":
                 # vLLM observes TTFT when the first token is produced; earlier aborts never reach it
                 wording += " (requests aborted before their first token are not counted)"
-            requests = ctx.slo_recorded(naming.record("slo_requests", f"rate{base}"), slo.name)
-            base_totals, base_errors = sli.observed(key), sli.within(key, parse_seconds(slo.threshold), requests)
+            base_totals = sli.observed(key)
+            base_errors = sli.within(key, parse_seconds(slo.threshold), base_totals)
 
-        def own(name: str, slo_name: str = slo.name) -> str:
-            """This SLO's recorded series: the models were selected once, in the base window."""
-            return ctx.slo_recorded(name, slo_name)
+        def own(name: str, event: str = "", slo_name: str = slo.name) -> str:
+            """This SLO's recorded series (one side of its events): the models were selected
+            once, in the base window."""
+            return event_selector(ctx, name, slo_name, event) if event else ctx.slo_recorded(name, slo_name)
 
         table = _rows(slo)
         windows = _windows(slo)
@@ -276,26 +280,27 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
         gate_subject = "slo_gate_requests" if per_token else "slo_requests"
         if per_token:
             # finished requests over the base window from the engine; longer windows derived from it
+            gate = own(naming.record("slo_gate_requests", f"rate{base}"))
             rules.append(RecordingRule(naming.record("slo_gate_requests", f"rate{base}"), sli.finished(), tag))
             for w in sorted({row["long"] for row in table} - {base}, key=prom_duration_seconds):
                 out = long_rules if _is_long(w, table) else rules
-                out.extend(_derived(own, base, w, tag, ("slo_gate_requests",)))
+                out.append(_derived(gate, naming.record("slo_gate_requests", f"rate{w}"), base, w, tag))
         # a request-rate rule only where a traffic gate reads it; every burn rate is one rule
         gated = {row["long"] for row in table} - {base} if gate_subject == "slo_requests" else set()
-        requests, errors = (own(naming.record(x, f"rate{base}")) for x in ("slo_requests", "slo_errors"))
+        events_name = naming.record("slo_events", f"rate{base}")
+        requests, errors = own(events_name, "requests"), own(events_name, "errors")
         for w in windows:
             out = long_rules if _is_long(w, table) else rules
             if w == base:
-                out.append(RecordingRule(naming.record("slo_requests", f"rate{w}"), base_totals, tag))
-                out.append(RecordingRule(naming.record("slo_errors", f"rate{w}"), base_errors, tag))
-                burn = f"{q.ratio(errors, requests)} / {budget:g}"
+                out.append(RecordingRule(events_name, events(base_totals, base_errors), tag))
+                burn = _burn(errors, requests, budget)
             else:
                 if w in gated:
-                    out.extend(_derived(own, base, w, tag, ("slo_requests",)))
-                burn = _derived_burn(own, base, w, budget)
+                    out.append(_derived(requests, naming.record("slo_requests", f"rate{w}"), base, w, tag, strip=True))
+                burn = _derived_burn(errors, requests, base, w, budget)
             out.append(RecordingRule(naming.record("slo_burn_rate", f"rate{w}"), burn, tag))
         # budget remaining over the period: the period's errors over its requests, against the budget
-        long_rules.extend(_period_budget(own, base, slo.period, budget, step, tag))
+        long_rules.extend(_period_budget(own, events_name, slo.period, budget, step, tag))
 
         by_severity: dict[str, list[dict]] = {}
         for row in table:
@@ -374,7 +379,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
             )
         if slo.sli != "success":
             unit = "token gaps/s" if per_token else "req/s"
-            found = unavailable(ctx, slo, windows[0], base_url, team, f"{wording} over {slo.period}", unit)
+            found = unavailable(ctx, slo, without_event(requests), base_url, team, f"{wording} over {slo.period}", unit)
             rules.append(found[0])
             runbook.append(found[1])
         rows.append(slo_row(ctx, slo, objective, windows, table))

@@ -73,23 +73,31 @@ class Sli:
         return q.sum_by(self.ctx.group, pick(self.ctx, self.raw_rate(self.ctx.finished_key)))
 
     # --- success: the server did not fail ---------------------------------
+    # Attempts and failures are built from the same recorded inputs (the rate by finish reason,
+    # HTTP 5xx, rejections), never from requests_attempted / requests_failed: the SLO's one
+    # events rule reads each input once, so failures <= attempts whichever evaluation it sees.
+    def _extra_failures(self) -> list[str]:
+        return [self.rec(k) for k in ("http_5xx", "rejected") if k in self.recorded]
+
     def attempts(self) -> str:
         ctx = self.ctx
         if self.direct:
-            return pick_recorded(ctx, self.rec("attempted"))
+            if "finish_by_reason" not in self.recorded:  # no finish reasons (SGLang), or a gateway
+                return pick_recorded(ctx, self.rec("attempted"))
+            finished = q.sum_by(ctx.group, self.rec("finish_by_reason"))
+            return pick_recorded(ctx, " + ".join([finished, *self._extra_failures()]))
         finished = q.sum_by(ctx.group, pick(ctx, self.raw_rate(ctx.finished_key)))
         return " + ".join([finished, *liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)])
 
     def failures(self, bad: tuple[str, ...]) -> str:
         ctx, g = self.ctx, self.ctx.group
-        if self.direct and bad == liveness.failed_reasons(ctx):
-            return pick_recorded(ctx, self.rec("failed"))
         reasons = (("finished_reason", "=~", q.any_of(bad)),)
         if self.direct:
-            terms = [f"({q.sum_by(g, self.rec('finish_by_reason', reasons))} or {self.rec('attempted')} * 0)"]
-            terms = terms if bad else []
-            terms += [self.rec(k) for k in ("http_5xx", "rejected") if k in self.recorded]
-            return pick_recorded(ctx, " + ".join(terms))
+            if "finish_by_reason" not in self.recorded:  # no finish reasons (SGLang), or a gateway
+                return pick_recorded(ctx, self.rec("failed"))
+            finished = q.sum_by(g, self.rec("finish_by_reason"))
+            terms = [f"({q.sum_by(g, self.rec('finish_by_reason', reasons))} or {finished} * 0)"] if bad else []
+            return pick_recorded(ctx, " + ".join(terms + self._extra_failures()))
         finished = q.sum_by(g, pick(ctx, self.raw_rate(ctx.finished_key)))
         terms = liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)
         if ctx.has("gateway_errors"):  # a gateway's own error answers (counted in its requests too)
@@ -113,7 +121,9 @@ class Sli:
         return q.sum_by(ctx.group, pick(ctx, self.raw_rate(key, "_count")))
 
     def within(self, key: str, bound: float, requests: str) -> str:
-        """Requests (this SLO's base-window series, already the spec's models) minus good events;
+        """Requests minus good events, never below 0. `requests` is the expression `observed`
+        gives (the spec's models already picked), not a recorded series: requests and errors
+        come from one read of the same inputs, so errors <= requests at any evaluation;
         matching on the grouping labels keeps the spec's models of the good side."""
         ctx, g = self.ctx, self.ctx.group
         le = (q.le_matcher(bound),)
@@ -124,4 +134,29 @@ class Sli:
             good = self.raw_rate(key, "_bucket", le)
             # summed over model_name, the other specs' models must go before the sum
             good = q.sum_by(g, good if "model_name" in g else pick(ctx, good))
-        return f"({requests} - {q.on(g)} {good})"
+        return f"clamp_min({requests} - {q.on(g)} {good}, 0)"
+
+
+EVENT = "event"
+
+
+def events(requests: str, errors: str) -> str:
+    """One rule for an SLO's requests and errors over its base window, told apart by the `event`
+    label: every reader sees both from the same evaluation, so a ratio of the two keeps
+    errors <= requests on a ruler that hands a rule the previous evaluation of some recorded
+    series (vmalert on a remote storage)."""
+    return (
+        f'label_replace({requests}, "{EVENT}", "requests", "", "") '
+        f'or label_replace({errors}, "{EVENT}", "errors", "", "")'
+    )
+
+
+def event_selector(ctx: Context, name: str, slo: str, event: str) -> str:
+    """One side (`requests` or `errors`) of an SLO's recorded events."""
+    own = ctx.slo_recorded(name, slo)  # always ends in the slo and spec matchers
+    return f'{own[:-1]},{EVENT}="{event}"}}'
+
+
+def without_event(expr: str) -> str:
+    """`expr` without the event label, so the two sides of an SLO's events match."""
+    return f"sum without ({EVENT}) ({expr})"

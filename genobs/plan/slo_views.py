@@ -22,15 +22,14 @@ LATENCY_SLIS = {
 }
 
 
-def unavailable(ctx: Context, slo, window: str, base_url: str, team: str | None, objective: str, unit: str):
+def unavailable(ctx: Context, slo, requests: str, base_url: str, team: str | None, objective: str, unit: str):
     """Slo<Name>SliUnavailable: requests flow but the threshold bucket is missing (e.g. the engine
     was restarted with other --custom-histogram-buckets), so good events cannot be counted and
-    every burn alert of the SLO would stay silent."""
+    every burn alert of the SLO would stay silent. `requests`: the SLO's base-window request rate."""
     g = ctx.group
     key, signal, _ = LATENCY_SLIS[slo.sli]
     bound = parse_seconds(slo.threshold)
     name = naming.slo_unavailable(slo.name)
-    requests = ctx.slo_recorded(naming.record("slo_requests", f"rate{window}"), slo.name)
     # `unless on` the grouping labels keeps the spec's models when model_name is one of them
     good = ctx.raw(key, "_bucket", (q.le_matcher(bound),), models=False)
     if "model_name" not in g:

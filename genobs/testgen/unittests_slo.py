@@ -88,7 +88,7 @@ def _leaves(sel, sources: dict[str, str], seen: tuple[str, ...] = ()) -> list:
 def _read_slo(
     name: str, rules: list[RecordingRule], wires: dict[str, tuple[str, str]], sources: dict[str, str]
 ) -> SloDef | None:
-    errors_prefix = naming.record("slo_errors", "")
+    errors_prefix = naming.record("slo_events", "")  # requests and errors of the base window, one rule
     burn_prefix = naming.record("slo_burn_rate", "rate")
     errors = [r for r in rules if r.record.startswith(errors_prefix)]
     burns = {r.record[len(burn_prefix) :]: r for r in rules if r.record.startswith(burn_prefix)}
