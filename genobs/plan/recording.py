@@ -60,9 +60,10 @@ def _requests(r: Recorder) -> None:
     liveness.record_failures(r)
     # numerator and denominator from one read of the rate by reason: a share between 0 and 1
     all_reasons = q.sum_by(g, r.ref("finish_by_reason"))
-    for reason, key in (("length", "length_ratio"), (ctx.catalog.abort_reason, "abort_ratio")):
+    # the engine's own name of a client's give-up (TensorRT-LLM: cancelled), recorded as abort
+    for name, reason, key in (("length", "length", "length_ratio"), ("abort", ctx.catalog.abort_reason, "abort_ratio")):
         num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
-        r.add(key, f"request_{reason}_finish", "ratio", q.ratio(f"{num} or ({all_reasons} * 0)", all_reasons))
+        r.add(key, f"request_{name}_finish", "ratio", q.ratio(f"{num} or ({all_reasons} * 0)", all_reasons))
 
 
 def _latencies(r: Recorder) -> None:
