@@ -216,3 +216,14 @@ def test_alertmanager_pages_once_the_gateway_silences_the_pods_warnings(tmp_path
     (tmp_path / "burn").mkdir()
     with _running(tmp_path / "burn", config) as url:
         _assert_inhibited(url, burning, [slow, gw_page, gw_warning, pod_warning])
+
+
+def test_slos_over_a_window_other_than_the_rate_window_read_the_gateway_series():
+    """rate_window 1m: the SLOs' 5m base window reads the gateway's raw counters and histograms."""
+    data = yaml.safe_load(SPEC.read_text())
+    data["rate_window"] = "1m"
+    _, plan = load_plan(text=yaml.safe_dump(data, sort_keys=False), file="gateway-1m.yaml")
+    gateway_slo = [r for g in plan.groups if g.name.endswith("-gateway-slo") for r in g.rules]
+    exprs = " ".join(r.expr for r in gateway_slo)
+    assert "llm_d_epp_request_ttft_seconds_count" in exprs and "llm_d_epp_request_error_total" in exprs
+    assert "vllm:" not in exprs

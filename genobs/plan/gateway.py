@@ -94,7 +94,7 @@ class GatewayPlan:
     runbook: tuple[RunbookEntry, ...]
     inhibit: tuple[dict, ...]
     taken_over: frozenset[str]  # pod alerts whose page the gateway took
-    raw: frozenset[str]  # wire names the gateway's rules read
+    raw: frozenset[str]  # wire names the gateway's release exports (its rules and SLOs may read)
     names: dict[str, str]  # signal key -> recorded name, for the SLOs that read the gateway
 
 
@@ -394,10 +394,6 @@ def build_gateway(
 ) -> GatewayPlan:
     r = _record(gctx)
     alerts = _alerts(gctx, r, resolved_all, base_url, team)
-    raw: set[str] = set()
-    recorded = {rule.record for rule in r.rules}
-    for rule in (*r.rules, *alerts):
-        raw |= q.metric_names(rule.expr) - recorded
     return GatewayPlan(
         ctx=gctx,
         rules=(*r.rules, *alerts),
@@ -406,7 +402,7 @@ def build_gateway(
         runbook=_runbook(gctx, ctx, alerts),
         inhibit=_inhibit(gctx, ctx, alerts),
         taken_over=covered(gctx),
-        raw=frozenset(raw),
+        raw=frozenset(gctx.catalog.names_for(gctx.version)),
         names=dict(r.names),
     )
 
