@@ -1,17 +1,21 @@
 """What `genobs backtest` costs: wall time and peak memory of a backtest of specs/chat.yaml
 over a synthetic fleet's history (synthetic_fleet.py: vLLM 0.33's real series, N pods,
 15 s scrapes), for several history lengths and fleet sizes, so the growth with days and
-pods can be read off. The history is backfilled into a real Prometheus on loopback first
+pods can be read off. The history is backfilled into a real Prometheus on loopback first,
+one 2-hour block at a time so that its text never fills the disk, and left to compact
 (not timed). Peak memory is reported for genobs' own process and, separately, for the
 largest tool it runs (the private Prometheus or promtool).
 
     .venv/bin/python bench/bench_backtest.py --points 0.25x5 0.5x5 0.25x10
+    .venv/bin/python bench/bench_backtest.py --points 1x50 --keep /tmp/fleet50
+    .venv/bin/python bench/bench_backtest.py --points 0.5x50 --history /tmp/fleet50
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +28,7 @@ import synthetic_fleet
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "specs" / "chat.yaml"
 SCRAPE = 15
+BLOCK = 7200  # promtool create-blocks-from writes blocks of 2 h aligned to the epoch
 # runs `genobs backtest` in this child process and prints its own peak RSS (VmHWM: ru_maxrss of
 # a process that starts others also counts what they touched before exec) and its largest child's
 RUNNER = """
@@ -58,14 +63,68 @@ def only_read_families() -> None:
     synthetic_fleet.families = lambda path=synthetic_fleet.EXPOSITION: kept
 
 
-def source(work: Path, days: float, pods: int, end: int) -> tuple[subprocess.Popen, str]:
+def backfill(work: Path, days: float, pods: int, end: int) -> Path:
+    """The fleet's history up to `end` as TSDB blocks, written and backfilled one 2-hour
+    block at a time: each piece of OpenMetrics text (1.3 GB for 50 pods) covers exactly one
+    of promtool's 2 h block ranges, so promtool reads it twice (bounds, then samples) and
+    it is deleted once its block is written. The next piece is written while promtool reads
+    the last one; at most two pieces are on disk at a time."""
     steps = int(days * 86400 / SCRAPE)
     synthetic_fleet.SCRAPE_SECONDS = SCRAPE  # the generator's module-level interval
-    om = work / "fleet.om"
-    synthetic_fleet.write(om, pods, end - (steps - 1) * SCRAPE, steps)
+    first = end - (steps - 1) * SCRAPE
     tsdb = work / "tsdb"
-    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(tsdb)], check=True)
+    pieces = []  # (start, steps) per 2 h block range
+    t = first
+    while t <= end:
+        stop = min(end + SCRAPE, (t // BLOCK + 1) * BLOCK)
+        n = (stop - t + SCRAPE - 1) // SCRAPE
+        pieces.append((t, n))
+        t += n * SCRAPE
+    t0 = time.monotonic()
+    size = 0
+    running: tuple[subprocess.Popen, Path] | None = None
+    for i, (t, n) in enumerate(pieces):
+        om = work / f"piece{i % 2}.om"
+        # written by a child process, so it runs beside promtool on the previous piece
+        code = "import sys, bench_backtest as b; b.only_read_families(); b.synthetic_fleet.SCRAPE_SECONDS = b.SCRAPE; "
+        code += f"b.synthetic_fleet.write(b.Path({str(om)!r}), {pods}, {t}, {n}, origin={first})"
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent)
+        size += om.stat().st_size
+        if running is not None:
+            _wait(*running)
+        cmd = ["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(tsdb)]
+        running = (subprocess.Popen(cmd), om)
+        elapsed = time.monotonic() - t0
+        print(
+            f"  history: piece {i + 1}/{len(pieces)} written, {size / 1e9:.1f} GB of text so far, {elapsed:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    if running is not None:
+        _wait(*running)
+    print(f"  history: {len(pieces)} blocks backfilled in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    return tsdb
+
+
+def _wait(proc: subprocess.Popen, om: Path) -> None:
+    if proc.wait() != 0:
+        raise SystemExit(f"promtool failed on {om}")
     om.unlink()
+
+
+def _metric(url: str, name: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def source(work: Path, tsdb: Path) -> tuple[subprocess.Popen, str]:
+    """A Prometheus on loopback serving the history in `tsdb`, its blocks compacted (as a
+    long-running Prometheus' are) before anything is timed."""
     port = free_port()
     (work / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
     proc = subprocess.Popen(
@@ -82,34 +141,91 @@ def source(work: Path, days: float, pods: int, end: int) -> tuple[subprocess.Pop
     url = f"http://127.0.0.1:{port}"
     import urllib.request
 
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 600
+    while True:
+        if time.monotonic() > deadline:
+            raise SystemExit("the source Prometheus did not become ready")
         try:
             with urllib.request.urlopen(url + "/-/ready", timeout=5) as r:
                 if r.status == 200:
-                    return proc, url
+                    break
         except OSError:
             time.sleep(0.5)
-    raise SystemExit("the source Prometheus did not become ready")
+    # the compactor runs a minute after start and then every minute, each run until nothing
+    # is left to compact: wait until it has been idle (no compaction, under 0.5 s of CPU per
+    # 10 s) for 70 s, and at least one run has passed
+    t0 = time.monotonic()
+    last, idle = (-1.0, 0.0), 0
+    while idle < 7 or time.monotonic() - t0 < 130:
+        if time.monotonic() - t0 > 3600:
+            raise SystemExit("the source Prometheus kept compacting for an hour")
+        time.sleep(10)
+        now = (_metric(url, "prometheus_tsdb_compactions_total"), _metric(url, "process_cpu_seconds_total"))
+        idle = idle + 1 if now[0] == last[0] and now[1] - last[1] < 0.5 else 0
+        last = now
+    seen = last[0]
+    blocks = _metric(url, "prometheus_tsdb_blocks_loaded")
+    print(f"  source: {blocks:g} blocks after {seen:g} compactions, {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    return proc, url
 
 
-def measure(days: float, pods: int) -> dict:
+def link_blocks(src: Path, dst: Path) -> None:
+    """Hard links of the blocks in `src` under `dst` (blocks are never changed in place)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for meta in src.glob("*/meta.json"):
+        if ".tmp" in meta.parent.name:  # a block still being written
+            continue
+        shutil.copytree(meta.parent, dst / meta.parent.name, copy_function=os.link)
+
+
+def history_bounds(tsdb: Path) -> tuple[int, int]:
+    """The first and last sample's unix time in the blocks under `tsdb`."""
+    metas = [json.loads(m.read_text()) for m in tsdb.glob("*/meta.json")]
+    return min(m["minTime"] for m in metas) // 1000, (max(m["maxTime"] for m in metas) - 1) // 1000
+
+
+def measure(days: float, pods: int, log: Path, history: Path | None = None, keep: Path | None = None) -> dict:
+    """One point. With `history` (a directory `keep` filled earlier, with that many pods),
+    the backtest reads the first `days` of that history instead of a new one."""
     work = Path(tempfile.mkdtemp(prefix="genobs-bench-backtest-"))
-    end = int(time.time()) // 60 * 60 - 120
-    proc, url = source(work, days, pods, end)
-    try:
+    if history is None:
+        end = int(time.time()) // 60 * 60 - 120
+        tsdb = backfill(work, days, pods, end)
         start = end - int(days * 86400) + SCRAPE
+    else:
+        tsdb = work / "tsdb"
+        link_blocks(history, tsdb)
+        start, last = history_bounds(tsdb)
+        end = start + int(days * 86400) - SCRAPE
+        if end > last:
+            raise SystemExit(f"{history} holds less than {days:g} days")
+    proc, url = source(work, tsdb)
+    try:
+        if keep is not None:
+            link_blocks(tsdb, keep)
         args = ["backtest", str(SPEC), "--prometheus", url, "--from", str(start), "--to", str(end)]
         args += ["--format", "json", "--max-series", "1000000"]
+        out = work / "backtest.json"
         t0 = time.monotonic()
-        done = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True, cwd=REPO)
+        # genobs' progress lines go to `log` with the seconds since the start, as they come
+        with out.open("w") as stdout, log.open("a") as err:
+            err.write(f"# {days:g} days x {pods} pods\n")
+            child = subprocess.Popen(
+                [sys.executable, "-c", RUNNER, *args], stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=REPO
+            )
+            lines = []
+            for line in child.stderr:
+                lines.append(line)
+                err.write(f"{time.monotonic() - t0:8.1f} {line}")
+                err.flush()
+            child.wait()
         wall = time.monotonic() - t0
-        if done.returncode != 0:
-            raise SystemExit(f"backtest failed: {done.stderr[-2000:]}")
-        rss = next(line for line in done.stderr.splitlines() if line.startswith("RSS "))
+        if child.returncode != 0:
+            raise SystemExit(f"backtest failed: {''.join(lines)[-2000:]}")
+        rss = next(line for line in lines if line.startswith("RSS "))
         self_kib, kids_kib = map(int, rss.split()[1:])
-        copied = next((ln for ln in done.stderr.splitlines() if "copied" in ln), "")
-        doc = json.loads(done.stdout)
+        copied = next((ln.strip() for ln in lines if "copied" in ln), "")
+        doc = json.loads(out.read_text())
         return {
             "days": days,
             "pods": pods,
@@ -128,12 +244,17 @@ def measure(days: float, pods: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--points", nargs="+", default=["0.25x5", "0.5x5", "0.25x10"], help="DAYSxPODS")
+    parser.add_argument("--log", type=Path, default=Path("bench-backtest.log"), help="genobs' progress, timed")
+    parser.add_argument("--keep", type=Path, help="keep the history's blocks in this directory (one point)")
+    parser.add_argument("--history", type=Path, help="a directory --keep filled: read the first DAYS of it")
     args = parser.parse_args()
+    if args.keep is not None and (len(args.points) > 1 or args.history is not None):
+        parser.error("--keep keeps the history of one point, written by this run")
     only_read_families()
     print("days  pods  wall s  genobs peak MiB  tools peak MiB  copied")
     for point in args.points:
         days, pods = point.split("x")
-        r = measure(float(days), int(pods))
+        r = measure(float(days), int(pods), args.log, args.history, args.keep)
         print(
             f"{r['days']:<5g} {r['pods']:<5} {r['wall_s']:<7} {r['genobs_peak_mib']:<16} {r['tools_peak_mib']:<15} "
             f"{r['copied']}",

@@ -116,16 +116,21 @@ def series_per_pod() -> int:
     return n
 
 
-def openmetrics(pods: int, start: int, steps: int) -> Iterator[str]:
-    """Chunks of OpenMetrics text: `steps` samples 30 s apart from unix time `start`."""
+def openmetrics(pods: int, start: int, steps: int, origin: int | None = None) -> Iterator[str]:
+    """Chunks of OpenMetrics text: `steps` samples SCRAPE_SECONDS apart from unix time
+    `start`. Counters count from `origin` (default `start`), so a long history can be
+    written as consecutive pieces whose counters continue across them."""
     stamps = [start + i * SCRAPE_SECONDS for i in range(steps)]
-    offsets = [i * SCRAPE_SECONDS for i in range(steps)]
+    offsets = [t - (start if origin is None else origin) for t in stamps]
+
+    ends = [f" {t}\n" for t in stamps]
+    gauge_ends = "".join(ends)
 
     def block(name: str, labels: dict[str, str], kind: str, value: float) -> str:
         text = name + _labels(labels)
         if kind == "counter":
-            return "".join(f"{text} {round(value * o, 3)} {t}\n" for o, t in zip(offsets, stamps))
-        return "".join(f"{text} {value} {t}\n" for t in stamps)
+            return "".join([f"{text} {round(value * o, 3)}{e}" for o, e in zip(offsets, ends)])
+        return f"{text} {value}" + f"{text} {value}".join(gauge_ends.splitlines(keepends=True))
 
     yield "# TYPE up gauge\n"
     for pod in range(pods):
@@ -147,11 +152,11 @@ def openmetrics(pods: int, start: int, steps: int) -> Iterator[str]:
     yield "# EOF\n"
 
 
-def write(path: Path, pods: int, start: int, steps: int) -> int:
+def write(path: Path, pods: int, start: int, steps: int, origin: int | None = None) -> int:
     """Write the fleet; returns the number of bytes written."""
     size = 0
     with path.open("w", encoding="utf-8") as f:
-        for chunk in openmetrics(pods, start, steps):
+        for chunk in openmetrics(pods, start, steps, origin):
             f.write(chunk)
             size += len(chunk)
     return size

@@ -68,23 +68,38 @@ def freeze_imports() -> None:
     gc.freeze()
 
 
-def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
+def render_spec(path: Path, kubernetes: bool | None = None, tier: str | None = None) -> Output:
     """Everything a spec compiles to, in memory. Raises SpecError. `kubernetes`:
-    True adds kubernetes/ whatever the spec says; None follows `kubernetes.enabled`."""
+    True adds kubernetes/ whatever the spec says; None follows `kubernetes.enabled`.
+    `tier` (all, edge, global): overrides `output.tier`; edge writes the edge rules and the
+    remote_write filter, global the rest with the dashboard, runbook and inhibit rules; the
+    promtool unit tests need every rule and come with `all` only."""
     from genobs.compiler import load_plan
+    from genobs.plan import tiers
+    from genobs.render.backends import backend_files
     from genobs.render.dashboard import render_dashboard
     from genobs.render.rules import render_rule_files
     from genobs.render.runbook import render_runbook
 
     doc, plan = load_plan(path)
+    tier = tier or doc.spec.output.tier
+    groups = tiers.groups_of(plan, tier)
     files: dict[str, bytes] = {}
     documents: dict[str, object] = {}
-    for name, data in [*render_rule_files(plan).items(), *((f"tests/{n}", d) for n, d in plan.unit_tests)]:
+    tests = [(f"tests/{n}", d) for n, d in plan.unit_tests] if tier == "all" else []
+    for name, data in [*render_rule_files(plan, groups).items(), *tests]:
         files[f"prometheus/{name}"] = dump_yaml(data, plan.name)
         documents[f"prometheus/{name}"] = data
-    files["alertmanager/inhibit-rules.yaml"] = dump_yaml({"inhibit_rules": list(plan.inhibit_rules)}, plan.name)
-    files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
-    files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
+    for name, data in backend_files(plan, groups, doc.spec.output).items():
+        files[name] = dump_yaml(data, plan.name)
+        documents[name] = data
+    if tier == "edge":
+        relabel = {"write_relabel_configs": tiers.write_relabel_configs(plan)}
+        files["remote-write.yaml"] = dump_yaml(relabel, plan.name)
+    else:
+        files["alertmanager/inhibit-rules.yaml"] = dump_yaml({"inhibit_rules": list(plan.inhibit_rules)}, plan.name)
+        files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
+        files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
     files[MARKER] = marker(plan.name)
     if kubernetes or doc.spec.kubernetes.enabled:
         from genobs.k8s import KubernetesOptions, kubernetes_files
@@ -102,7 +117,10 @@ def render_spec(path: Path, kubernetes: bool | None = None) -> Output:
 
 
 def render_all(
-    paths: list[Path], kubernetes: bool | None = None, on_output: Callable[[Output], None] | None = None
+    paths: list[Path],
+    kubernetes: bool | None = None,
+    on_output: Callable[[Output], None] | None = None,
+    tier: str | None = None,
 ) -> list[Output]:
     """Render every spec; collect every problem before failing. Anything but a
     SpecError is re-raised as InternalError naming the spec. `on_output` sees each
@@ -114,7 +132,7 @@ def render_all(
     uids: dict[str, str] = {}
     for path in spec_files(paths):
         try:
-            out = render_spec(path, kubernetes=kubernetes)
+            out = render_spec(path, kubernetes=kubernetes, tier=tier)
         except SpecError as exc:
             problems.extend(exc.problems)
             continue
@@ -133,8 +151,8 @@ def render_all(
                 )
             )
             continue
-        uid = next(f[len("grafana/") : -len(".json")] for f in out.files if f.startswith("grafana/"))
-        if uid in uids:
+        uid = next((f[len("grafana/") : -len(".json")] for f in out.files if f.startswith("grafana/")), None)
+        if uid is not None and uid in uids:
             line, col = load_spec(path).positions.get(("dashboard", "uid"), (None, None))
             problems.append(
                 Problem(
@@ -146,7 +164,8 @@ def render_all(
                 )
             )
             continue
-        uids[uid] = str(path)
+        if uid is not None:  # the edge tier has no dashboard
+            uids[uid] = str(path)
         names[out.name] = str(path)
         outputs.append(out)
         if on_output is not None:
@@ -211,6 +230,11 @@ def check_jobs(
     for run in testsplit.chunks(parts):
         paths = [p.path for p in run]
         jobs.append(Job(lambda paths=paths: promtool.test_rules(paths), cost=sum(p.cost for p in run) + 70))
+    from genobs.render.backends import FOLDERS
+
+    for folder in sorted(set(FOLDERS.values())):
+        for backend_rules in sorted((target / folder).glob("*.yaml")):
+            jobs.append(Job(lambda p=backend_rules: check_backend_rules(p, name or target.name), cost=170.0))
     operator_rule = target / "kubernetes" / "prometheusrule.yaml"
     if operator_rule.is_file():
         jobs.append(Job(lambda: check_prometheusrule(operator_rule, name or target.name), cost=170.0))
@@ -307,9 +331,27 @@ def check_prometheusrule(path: Path, name: str | None = None) -> promtool.Result
 
     import yaml
 
-    groups = yaml.safe_load(path.read_bytes())["spec"]["groups"]
+    from genobs.render.backends import prometheus_groups
+
+    groups = prometheus_groups(yaml.safe_load(path.read_bytes())["spec"])  # without a ThanosRuler's keys
     name = name or path.parent.parent.name
     with tempfile.TemporaryDirectory(prefix="genobs-") as tmp:
         rules = Path(tmp) / f"{name}.prometheusrule.rules.yaml"
-        rules.write_bytes(dump_yaml({"groups": groups}, name))
+        rules.write_bytes(dump_yaml(groups, name))
+        return promtool.check_rules([rules])
+
+
+def check_backend_rules(path: Path, name: str) -> promtool.Result:
+    """promtool check rules on a Thanos, Mimir or vmalert rule file: its groups without the
+    keys promtool does not know (partial_response_strategy, source_tenants, type, namespace)."""
+    import tempfile
+
+    import yaml
+
+    from genobs.render.backends import prometheus_groups
+
+    groups = prometheus_groups(yaml.safe_load(path.read_bytes()))
+    with tempfile.TemporaryDirectory(prefix="genobs-") as tmp:
+        rules = Path(tmp) / f"{name}.{path.parent.name}.{path.name}"
+        rules.write_bytes(dump_yaml(groups, name))
         return promtool.check_rules([rules])

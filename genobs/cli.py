@@ -145,7 +145,16 @@ _fail_spec = fail_spec
 @click.option(
     "--force", is_flag=True, help="Replace OUTPUT/<name>/ even when genobs did not create it (its files are deleted)."
 )
-def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, kubernetes: bool, force: bool) -> None:
+@click.option(
+    "--tier",
+    type=click.Choice(["all", "edge", "global"]),
+    default=None,
+    help="Which rules to write, overriding each spec's output.tier: all (one Prometheus), edge (each cluster's "
+    "recording rules and the remote_write filter) or global (alerts, SLOs, dashboard over the shipped series).",
+)
+def build(
+    specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, kubernetes: bool, force: bool, tier: str | None
+) -> None:
     """Build SPECS (files or folders of *.yaml) into OUTPUT/<name>/.
 
     Every output is checked with promtool first (a private copy of its files, while
@@ -174,7 +183,7 @@ def build(specs: tuple[Path, ...], output: Path, strict: bool, no_check: bool, k
         checks = stack.enter_context(pipeline.Checks()) if run_checks and not promtool_missing else None
         try:
             outputs = pipeline.render_all(
-                list(specs), kubernetes=kubernetes or None, on_output=checks.submit if checks else None
+                list(specs), kubernetes=kubernetes or None, on_output=checks.submit if checks else None, tier=tier
             )
         except SpecError as exc:
             stack.close()  # stop the checks already running before exiting

@@ -21,10 +21,13 @@ class KubernetesOptions:
 
 
 def rule_groups(files: dict[str, bytes]) -> list[dict]:
-    """The groups of every plain rule file (prometheus/*.rules.yaml), in file order."""
+    """The groups of every plain rule file (prometheus/*.rules.yaml), in file order; for a Thanos
+    ruler (thanos/*.rules.yaml written) those, with their partial_response_strategy, which the
+    operator's PrometheusRule carries for a ThanosRuler."""
+    folder = "thanos/" if any(rel.startswith("thanos/") for rel in files) else "prometheus/"
     groups: list[dict] = []
     for rel, data in files.items():
-        if rel.startswith("prometheus/") and rel.count("/") == 1 and rel.endswith(".rules.yaml"):
+        if rel.startswith(folder) and rel.count("/") == 1 and rel.endswith(".rules.yaml"):
             groups.extend(yaml.safe_load(data)["groups"])
     return groups
 
@@ -50,6 +53,8 @@ def kubernetes_files(name: str, files: dict[str, bytes], options: KubernetesOpti
         "metadata": _metadata(f"genobs-{name}", options),
         "spec": {"groups": rule_groups(files)},
     }
+    if not any(f.startswith("grafana/") for f in files):  # the edge tier: rules only
+        return {"prometheusrule.yaml": dump_yaml(rule, name)}
     key, dashboard_json = _dashboard(files)
     metadata = _metadata(f"genobs-{name}-dashboard", options, {"grafana_dashboard": "1"})
     metadata["annotations"] = {"grafana_folder": options.folder}

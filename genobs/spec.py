@@ -103,6 +103,12 @@ class Service(_Model):
         description="How the Prometheus stores vLLM names: 'colon' (vllm:...) as exposed, or 'underscore' "
         "(vllm_...) when the scrape escaped them (Prometheus 2.x with prometheus_client >= 0.23, Ray).",
     )
+    cluster_label: LabelName | None = Field(
+        None,
+        description="The label that names a cluster (e.g. cluster, the external label each cluster's Prometheus "
+        "adds) when one backend holds several clusters' data: every aggregation, join, alert, inhibition rule "
+        "and dashboard variable keeps it, so a fault in one cluster pages for that cluster only.",
+    )
     min_request_rate: float = Field(
         0.05,
         ge=0,
@@ -239,6 +245,11 @@ class SLO(_Model):
         None,
         description="Histogram buckets the engine was started with (--custom-histogram-buckets), if not the default.",
     )
+    scope: Literal["cluster", "global"] = Field(
+        "cluster",
+        description="With service.cluster_label: cluster (default) keeps one SLO per cluster; global is one SLO "
+        "over every cluster's requests (its series and alerts carry no cluster label).",
+    )
     burn_rates: list[BurnRate] | None = Field(
         None,
         description="Replaces the SRE-workbook burn-rate table "
@@ -330,6 +341,55 @@ def _uid(v: str) -> str:
     return v
 
 
+_TENANT = re.compile(r"[A-Za-z0-9!_.*'()\-]{1,150}")  # Mimir's tenant ID characters and length
+
+
+def _tenant(v: str) -> str:
+    if not _TENANT.fullmatch(v) or v in (".", ".."):
+        raise ValueError(
+            f"{v[:60]!r} is not a tenant ID: 1-150 letters, digits and ! - _ . * ' ( ) (not '.' or '..')"
+        )
+    return v
+
+
+def _namespace(v: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,100}", v) or v in (".", ".."):
+        raise ValueError(f"{v[:60]!r} is not a ruler namespace: 1-100 letters, digits, '_', '.' and '-'")
+    return v
+
+
+BACKENDS = ("prometheus", "thanos", "mimir", "victoriametrics")
+TIERS = ("all", "edge", "global")
+
+
+class Output(_Model):
+    backend: Literal["prometheus", "thanos", "mimir", "victoriametrics"] = Field(
+        "prometheus",
+        description="Who evaluates the rules: prometheus (rule files), thanos (Thanos ruler: "
+        "partial_response_strategy on alerting groups), mimir (Mimir/Cortex ruler: one namespace file for "
+        "mimirtool rules load/sync), victoriametrics (vmalert). prometheus/ is always written and checked.",
+    )
+    tier: Literal["all", "edge", "global"] = Field(
+        "all",
+        description="all: every rule on one Prometheus; edge: the recording rules that read the engines' "
+        "series (each cluster's Prometheus) plus the remote_write that ships their results; global: the "
+        "alerts, SLOs and dashboard over the shipped genobs:* series. `build --tier` overrides it.",
+    )
+    tenants: list[Annotated[str, AfterValidator(_tenant)]] = Field(
+        default_factory=list,
+        description="mimir only: the tenants whose series the rules read (source_tenants of every group, a "
+        "federated rule group); empty: the tenant the rules are loaded into.",
+    )
+    namespace: Annotated[str, AfterValidator(_namespace)] | None = Field(
+        None, description="mimir only: the ruler namespace of the rule file. Default: genobs-<name>."
+    )
+    partial_response_strategy: Literal["abort", "warn"] = Field(
+        "abort",
+        description="thanos only: what an alerting group does when a store answers partially; abort (Thanos' "
+        "default, recommended for alerts) or warn.",
+    )
+
+
 class Spec(_Model):
     version: Literal["genobs/v1"] = Field(description="Spec format version.")
     name: str = Field(description="Lower-case name: output folder, rule-group prefix and dashboard uid.")
@@ -363,6 +423,9 @@ class Spec(_Model):
     )
     capacity: Capacity | None = Field(
         None, description="Capacity signals: goodput, system efficiency, baseline degradation, headroom, GPU saturation."
+    )
+    output: Output = Field(
+        default_factory=Output, description="Rule backend (prometheus, thanos, mimir, victoriametrics) and tier."
     )
 
     @field_validator("name")

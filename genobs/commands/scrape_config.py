@@ -1,6 +1,8 @@
 """Prometheus scrape configuration for engine targets (vLLM, SGLang): the `metric_relabel_configs`
 that undo the `:` -> `_` escaping Prometheus 2.x gets from prometheus_client
->= 0.23 (OpenMetrics negotiation), and the `genobs scrape-config` command."""
+>= 0.23 (OpenMetrics negotiation), the scrape diet (`--drop-unread`: keep only the
+families a generated rule, panel or runbook query reads), the edge tier's `remote_write`,
+and the `genobs scrape-config` command."""
 
 from __future__ import annotations
 
@@ -60,6 +62,45 @@ def relabel_configs(engine: str = "vllm") -> list[dict]:
     ]
 
 
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def read_families(plan) -> list[str]:
+    """Every series name a generated rule or runbook query reads that is not recorded by the
+    rules themselves (dashboard panels read recorded series only), each histogram series widened
+    to its family (`_bucket`, `_sum` and `_count`), sorted."""
+    from genobs import promql as q
+
+    recorded = {r.record for r in plan.recording_rules}
+    exprs = [r.expr for g in plan.groups for r in g.rules]
+    exprs += [query for entry in plan.runbook for _, query in entry.confirm]
+    names: set[str] = set()
+    for expr in exprs:
+        names |= q.metric_names(expr) - recorded
+    out: set[str] = set()
+    for name in names:
+        base = next((name[: -len(s)] for s in HISTOGRAM_SUFFIXES if name.endswith(s)), None)
+        out |= {base + s for s in HISTOGRAM_SUFFIXES} if base else {name}
+    return sorted(out)
+
+
+def keep_configs(families: list[str], engine: str = "vllm") -> list[dict]:
+    """A `keep` over `__name__` that lets through exactly `families`; the engine's names in
+    either spelling (`vllm:x` and the `vllm_x` an OpenMetrics scrape stores), so it holds
+    before or after the rename rule, and for `service.metric_names: underscore`."""
+    p = engine_prefix(engine)
+    alternatives = []
+    for name in families:
+        for prefix in (f"{p}:", f"{p}_"):
+            if name.startswith(prefix):
+                name = f"{p}[:_]" + re.escape(name[len(prefix) :])
+                break
+        else:
+            name = re.escape(name)
+        alternatives.append(name)
+    return [{"source_labels": ["__name__"], "regex": "|".join(dict.fromkeys(alternatives)), "action": "keep"}]
+
+
 def scrape_job(
     job: str,
     targets: list[str],
@@ -68,8 +109,10 @@ def scrape_job(
     engine: str = "vllm",
     relabel: bool = True,
     interval: str | None = None,
+    keep: list[dict] | None = None,
 ) -> dict:
-    """One `scrape_configs` entry for vLLM targets (static targets, optional target labels)."""
+    """One `scrape_configs` entry for vLLM targets (static targets, optional target labels);
+    `keep`: the scrape diet's rules, after the rename."""
     static: dict = {"targets": list(targets)}
     if labels:
         static["labels"] = dict(labels)
@@ -80,8 +123,9 @@ def scrape_job(
     if path != "/metrics":  # trtllm-serve: /prometheus/metrics
         out["metrics_path"] = path
     out["static_configs"] = [static]
-    if relabel and relabel_configs(engine):
-        out["metric_relabel_configs"] = relabel_configs(engine)
+    relabels = relabel_configs(engine) if relabel else []
+    if relabels or keep:
+        out["metric_relabel_configs"] = relabels + (keep or [])
     return out
 
 
@@ -103,6 +147,19 @@ def _spec_selector(spec: Path) -> tuple[str, dict[str, str], str]:
     return job, selector, s.service.engine
 
 
+def _plan(spec: Path):
+    """The spec's plan; spec problems are printed and exit 2."""
+    from genobs.compiler import load_plan
+    from genobs.errors import SpecError
+
+    try:
+        return load_plan(spec)[1]
+    except SpecError as exc:
+        for p in exc.problems:
+            click.echo(str(p), err=True)
+        raise SystemExit(2) from None
+
+
 @click.command("scrape-config")
 @click.argument("spec", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--job", default=None, help="job_name (default: the spec selector's job, else vllm).")
@@ -122,6 +179,20 @@ def _spec_selector(spec: Path) -> tuple[str, dict[str, str], str]:
     default=None,
     help="Engine whose metric prefix is restored (default: the spec's service.engine, else vllm).",
 )
+@click.option(
+    "--drop-unread",
+    is_flag=True,
+    help="Keep only the metric families the spec's rules and runbook queries read (needs SPEC): a `keep` by "
+    "__name__ after the rename, so no series a rule reads is dropped.",
+)
+@click.option(
+    "--remote-write",
+    "remote_write",
+    default=None,
+    metavar="URL",
+    help="Print instead the edge tier's remote_write entry to URL (needs SPEC): it ships only the recorded "
+    "genobs:* series and the raw series the global rules read.",
+)
 def scrape_config(
     spec: Path | None,
     job: str | None,
@@ -129,6 +200,8 @@ def scrape_config(
     interval: str | None,
     relabel_only: bool,
     engine_option: str | None,
+    drop_unread: bool,
+    remote_write: str | None,
 ) -> None:
     """Print a Prometheus scrape job for an engine (vLLM, SGLang) that keeps the metric names' colons.
 
@@ -137,6 +210,18 @@ def scrape_config(
     specs keep `service.metric_names: colon`. With SPEC, the job name and the other
     selector labels (as target labels) come from the spec's service.selector.
     """
+    if (drop_unread or remote_write) and spec is None:
+        raise click.UsageError(f"{'--drop-unread' if drop_unread else '--remote-write'} needs SPEC: what it keeps is what the spec's rules read")
+    if remote_write is not None and not re.fullmatch(r"https?://[^\s]+", remote_write):
+        raise click.BadParameter(f"{remote_write!r} is not an http(s) URL", param_hint="--remote-write")
+    plan = _plan(spec) if spec is not None and (drop_unread or remote_write) else None
+    if remote_write is not None:
+        from genobs.plan.tiers import write_relabel_configs
+
+        entry = {"url": remote_write, "write_relabel_configs": write_relabel_configs(plan)}
+        click.echo(dump({"remote_write": [entry]}), nl=False)
+        return
+    keep = keep_configs(read_families(plan), plan.engine) if plan is not None else None
     if relabel_only and spec is None:
         click.echo(dump({"metric_relabel_configs": relabel_configs(engine_option or "vllm")}), nl=False)
         return
@@ -162,7 +247,9 @@ def scrape_config(
         job = job or spec_job
     engine = engine_option or engine
     if relabel_only:
-        click.echo(dump({"metric_relabel_configs": relabel_configs(engine)}), nl=False)
+        click.echo(dump({"metric_relabel_configs": relabel_configs(engine) + (keep or [])}), nl=False)
         return
-    entry = scrape_job(job or "vllm", list(targets) or ["127.0.0.1:9400"], labels, engine=engine, interval=interval)
+    entry = scrape_job(
+        job or "vllm", list(targets) or ["127.0.0.1:9400"], labels, engine=engine, interval=interval, keep=keep
+    )
     click.echo(dump({"scrape_configs": [entry]}), nl=False)

@@ -11,7 +11,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import capacity, gateway, links, slo
+from genobs.plan import backend, capacity, gateway, links, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.capacity import CapacityPlan
@@ -129,6 +129,10 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         )
     group = list(spec.service.group_by)
     group += [k for k in spec.service.selector if k not in group]
+    cluster = spec.service.cluster_label
+    # one backend, many clusters: the cluster is a grouping label like the others, and a dashboard variable
+    group += [cluster] if cluster and cluster not in group else []
+    variables = [*spec.service.group_by, *([cluster] if cluster and cluster not in spec.service.group_by else [])]
     return Context(
         catalog=catalog,
         version=version,
@@ -136,7 +140,8 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         selector=tuple(spec.service.selector.items()),
         models=tuple(spec.service.models),
         group=tuple(group),
-        variables=tuple(spec.service.group_by),
+        variables=tuple(variables),
+        cluster=cluster,
         window=spec.rate_window,
         min_request_rate=spec.service.min_request_rate,
         features=frozenset(features),
@@ -261,6 +266,7 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
     }
     report = lambda path, msg: problems.append(doc.problem(path, msg))  # noqa: E731
     resolved = resolve(spec.use_case, overrides, report)
+    backend.validate(doc, report)
     if ctx is not None:
         _check_observable(ctx, overrides, report)
         resolved = [a for a in resolved if ctx.catalog.missing_reason(a.signal) is None]
@@ -473,6 +479,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         engine_release=ctx.release,
         unobservable=ctx.catalog.not_observable,
         approximations=ctx.catalog.approximate,
+        global_slos=tuple(s.name for s in spec.slos if s.scope == "global" and ctx.cluster),
     )
     plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, [a for a in plan.alerts if not gw or a not in gw.alerts]) + (gw.inhibit if gw else ()))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)

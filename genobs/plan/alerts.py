@@ -366,7 +366,7 @@ class AlertBuilder:
             up = ctx.up()
             series = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
             # a target that is up but exports no engine series, or no target at all
-            expr = f"absent({up}) or ({up} == 1 unless on (instance) count by (instance) ({series}))"
+            expr = f"absent({up}) or ({up} == 1 unless {q.on(ctx.target)} count {q.by(ctx.target)} ({series}))"
             return expr, series, "Running vs waiting requests"
         if a.name == "VllmReplicaTtftOutlier":
             return _outlier(self, "replica_ttft_mean", t, None, "Mean TTFT by replica", ctx.group)

@@ -170,7 +170,7 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         engine = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
         return (
             ("scrape health per instance (0 = down)", ctx.up()),
-            ("engine series per instance (none: the instance exports no engine metrics)", f"count by (instance) ({engine})"),
+            ("engine series per instance (none: the instance exports no engine metrics)", f"count {q.by(ctx.target)} ({engine})"),
         )
     if alert in ("VllmEngineHung", "VllmFleetNoProgress", "VllmMetricsFrozen"):
         out: list[Query] = []

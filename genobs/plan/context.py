@@ -3,7 +3,7 @@ dialect, selectors and grouping labels."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from genobs import naming
 from genobs import promql as q
@@ -32,6 +32,19 @@ class Context:
     spec: str = ""  # the spec's name: labels the SLO series, which several specs may share
     evaluation_seconds: float = 30.0  # the rule groups' evaluation interval
     other_version: Version | None = None  # another release in the fleet (service.other_engine_version)
+    cluster: str | None = None  # service.cluster_label: also in `group`
+
+    def without_cluster(self) -> Context:
+        """The same facts over every cluster together: an SLO of `scope: global`."""
+        if self.cluster is None:
+            return self
+        drop = lambda labels: tuple(x for x in labels if x != self.cluster)  # noqa: E731
+        return replace(self, group=drop(self.group), variables=drop(self.variables), cluster=None)
+
+    @property
+    def target(self) -> tuple[str, ...]:
+        """One scrape target: `instance`, within its cluster when several share a backend."""
+        return (self.cluster, "instance") if self.cluster else ("instance",)
 
     @property
     def version_text(self) -> str:

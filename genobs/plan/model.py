@@ -167,6 +167,7 @@ class Plan:
     unobservable: tuple[tuple[str, str], ...] = ()
     approximations: tuple[tuple[str, str], ...] = ()
     raw_metrics: frozenset[str] = field(default_factory=frozenset)
+    global_slos: tuple[str, ...] = ()  # SLOs of `scope: global`: one over every cluster (tiers.py runs them global)
 
     @property
     def alerts(self) -> tuple[AlertRule, ...]:

@@ -248,7 +248,12 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
     marker = marker_rule(ctx) if doc.spec.slos else None
     if marker is not None:
         rules.append(marker)  # first in the group: the base rules below read it in the same evaluation
+    per_cluster = ctx
     for slo in doc.spec.slos:
+        # scope: global sums the clusters away (service.cluster_label), per cluster keeps them apart
+        ctx = per_cluster.without_cluster() if slo.scope == "global" else per_cluster
+        g = ctx.group
+        labels_text = labels_template(g)
         objective = parse_ratio(slo.objective)
         budget = 1 - objective
         tag = tuple((k, v) for k, _, v in ctx.slo_labels(slo.name))
@@ -268,7 +273,7 @@ def build_slos(doc, ctx: Context, base_url: str, team: str | None, recorded: dic
             base_totals = sli.observed(key)
             base_errors = sli.within(key, parse_seconds(slo.threshold), base_totals)
 
-        def own(name: str, event: str = "", slo_name: str = slo.name) -> str:
+        def own(name: str, event: str = "", slo_name: str = slo.name, ctx: Context = ctx) -> str:
             """This SLO's recorded series (one side of its events): the models were selected
             once, in the base window."""
             return event_selector(ctx, name, slo_name, event) if event else ctx.slo_recorded(name, slo_name)

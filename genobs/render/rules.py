@@ -22,9 +22,9 @@ def render_group(group: RuleGroup) -> dict:
     return {"name": group.name, "interval": group.interval, "rules": [_rule(r) for r in group.rules]}
 
 
-def render_rule_files(plan: Plan) -> dict[str, dict]:
-    """file name (under prometheus/) -> rule-file document."""
+def render_rule_files(plan: Plan, groups: tuple[RuleGroup, ...] | None = None) -> dict[str, dict]:
+    """file name (under prometheus/) -> rule-file document; `groups`: a tier's (default: every group)."""
     files: dict[str, dict] = {}
-    for group in plan.groups:
+    for group in plan.groups if groups is None else groups:
         files.setdefault(naming.rule_file(plan.name, group.name), {"groups": []})["groups"].append(render_group(group))
     return files

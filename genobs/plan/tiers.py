@@ -1,0 +1,97 @@
+"""Edge and global tiers (read by the `render` stage and `genobs scrape-config`): the same
+rules, split by where they run. The edge tier (each cluster's Prometheus) records; the global
+tier (a backend that holds every cluster) alerts, and records what needs days of history. The
+global rules read recorded `genobs:*` series and the few raw series named in `shipped` (e.g.
+`up`); the edge's remote_write keeps exactly those."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from genobs import naming
+from genobs import promql as q
+from genobs.plan.model import AlertRule, Plan, RecordingRule, RuleGroup
+
+RECORDED = re.compile(rf"{naming.PREFIX}:.*")
+
+
+@dataclass(frozen=True)
+class Tiers:
+    edge: tuple[RuleGroup, ...]  # groups with their edge rules, in plan order (empty groups left out)
+    global_: tuple[RuleGroup, ...]
+    shipped: tuple[tuple[str, str], ...]  # (name, le regex) of the raw series the global rules read, sorted
+
+
+EDGE_HISTORY_SECONDS = 3600  # an edge Prometheus needs an hour of history (plus its rate windows), not days
+_RANGE = re.compile(r"\[\s*([0-9]+[0-9smhdwy]*)\s*(?::[^\]]*)?\]")
+_OFFSET = re.compile(r"\boffset\s+([0-9]+[0-9smhdwy]*)")
+
+
+def history_seconds(expr: str) -> float:
+    """How far back an expression reads: its longest range plus its longest offset."""
+    from genobs.units import prom_duration_seconds
+
+    ranges = [prom_duration_seconds(d) for d in _RANGE.findall(expr)]
+    offsets = [prom_duration_seconds(d) for d in _OFFSET.findall(expr)]
+    return max(ranges, default=0.0) + max(offsets, default=0.0)
+
+
+def split(plan: Plan) -> Tiers:
+    """Edge: every recording rule, so each cluster computes its own per-pod and per-model series
+    in one evaluation (a rule sees the rules before it in its group, as on one Prometheus);
+    except those that read more than an hour of history (SLO periods, day and week baselines),
+    those of an SLO over every cluster (`scope: global`), and the rules that read them, which run
+    on the backend that keeps days and every cluster. Global: those and every alerting rule."""
+    rules = [r for g in plan.groups for r in g.rules]
+    recording = [r for r in rules if isinstance(r, RecordingRule)]
+    recorded = {r.record for r in recording}
+    # an SLO over every cluster sums what the clusters ship: it cannot run in any one of them
+    over_clusters = {id(r) for r in recording if any(k == "slo" and v in plan.global_slos for k, v in r.labels)}
+    long = {id(r) for r in recording if history_seconds(r.expr) > EDGE_HISTORY_SECONDS} | over_clusters
+    changed = True
+    while changed:  # and whatever reads a long rule's series
+        long_names = {r.record for r in recording if id(r) in long}
+        grown = {id(r) for r in recording if q.metric_names(r.expr) & long_names} | long
+        changed, long = grown != long, grown
+    edge_ids = {id(r) for r in recording if id(r) not in long}
+
+    def part(keep) -> tuple[RuleGroup, ...]:
+        out = []
+        for g in plan.groups:
+            kept = tuple(r for r in g.rules if keep(r))
+            if kept:
+                out.append(replace(g, rules=kept))
+        return tuple(out)
+
+    edge = part(lambda r: id(r) in edge_ids)
+    global_ = part(lambda r: id(r) not in edge_ids)
+    shipped: dict[str, set[str]] = {}
+    for g in global_:
+        for r in g.rules:
+            for sel in q.vector_selectors(r.expr):
+                if sel.name and sel.name not in recorded:
+                    # a bucket read at one bound ships that bound only: not every bucket of every pod
+                    le = [v if op == "=~" else q.regex_escape(v) for k, op, v in sel.matchers if k == "le" and op in ("=", "=~")]
+                    shipped.setdefault(sel.name, set()).add(le[0] if le else ".*")
+    flat = {(name, ".*" if ".*" in les else le) for name, les in shipped.items() for le in les}
+    return Tiers(edge, global_, tuple(sorted(flat)))
+
+
+def groups_of(plan: Plan, tier: str) -> tuple[RuleGroup, ...]:
+    if tier == "all":
+        return plan.groups
+    tiers = split(plan)
+    return tiers.edge if tier == "edge" else tiers.global_
+
+
+def write_relabel_configs(plan: Plan) -> list[dict]:
+    """remote_write `write_relabel_configs` of an edge Prometheus: keep the recorded series and
+    the raw series the global rules read (a histogram's buckets only at the bounds they read),
+    drop everything else: raw engine series stay in the cluster. One `keep` over `__name__;le`."""
+    keep = [f"{naming.PREFIX}:.*;.*", *(f"{q.regex_escape(name)};{le}" for name, le in split(plan).shipped)]
+    return [{"source_labels": ["__name__", "le"], "separator": ";", "regex": "|".join(keep), "action": "keep"}]
+
+
+def has_alerts(groups: tuple[RuleGroup, ...]) -> bool:
+    return any(isinstance(r, AlertRule) for g in groups for r in g.rules)
