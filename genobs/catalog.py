@@ -224,6 +224,7 @@ def _build(raw: dict) -> Catalog:
     )
 
 
+GATEWAYS = ("llm-d-epp",)  # profiles of a layer in front of the engines (spec `gateway:`)
 ENGINES = ("vllm", "sglang", "trtllm")  # one profile file per engine: genobs/data/<engine>.yaml
 
 

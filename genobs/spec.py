@@ -128,6 +128,28 @@ class Service(_Model):
         return v
 
 
+class Gateway(_Model):
+    """The user-facing layer in front of the engine pods of `service` (docs/gateway.md): user-facing
+    latency and error alerts and the SLOs read it; diagnosis (KV cache, queue, preemptions) reads
+    the pods."""
+
+    engine: Literal["llm-d-epp"] = Field(
+        description="The gateway: llm-d-epp (llm-d's endpoint picker, Gateway API Inference Extension); picks "
+        "its profile (metric names per release, buckets)."
+    )
+    engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
+        None,
+        description="Gateway release, e.g. '0.10' (llm-d-router, formerly llm-d-inference-scheduler); picks "
+        "one name generation (inference_model_, inference_objective_, llm_d_router_epp_, llm_d_epp_). "
+        "Default: newest in its profile.",
+    )
+    selector: dict[LabelName, SafeValue] = Field(
+        default_factory=dict,
+        description="Target labels of the gateway's scrape, e.g. {namespace: llm-prod, job: llm-d-epp}; must name "
+        "the job.",
+    )
+
+
 def _gpu_short_form(v: object) -> object:
     """`gpu_metrics: dcgm` is the block with every default; `none` is off."""
     if isinstance(v, str):
@@ -374,6 +396,11 @@ class Spec(_Model):
     team: SafeValue | None = Field(None, description="Owning team; added as label `team` on every alert.")
     description: str | None = Field(None, description="Free text shown in the runbook.")
     service: Service = Field(default_factory=Service)
+    gateway: Gateway | None = Field(
+        None,
+        description="A gateway in front of the engine pods (llm-d EPP): user-facing alerts and SLOs read it, "
+        "diagnosis reads the pods.",
+    )
     use_case: Literal["chat", "rag", "agentic", "batch", "voice", "capacity"] = Field(
         description="Preset of KPIs and thresholds."
     )

@@ -328,6 +328,9 @@ class Fleet:
         # the same pods scraped twice under one job, by a ServiceMonitor (its targets carry
         # `service`) and a PodMonitor (they do not): every replica series exists twice
         self.duplicate_monitor = bool(data.pop("duplicate_monitor", False))
+        gateway = data.pop("gateway", None)
+        gw_spec = (spec or {}).get("gateway") or {}
+        self.gateway = None if gateway is None and not gw_spec else GatewayModel(gateway or {}, gw_spec, self.namespace, self.job)
         gpus = data.pop("gpus", None)
         self.gpus = None if gpus is None else {**DEFAULT_GPUS, **gpus}
         if self.gpus is not None and set(self.gpus) - set(DEFAULT_GPUS):
@@ -401,6 +404,8 @@ class Fleet:
                 out.extend(self._dcgm(node, r))
         for o in self.others:
             out.extend(self._other(o))
+        if self.gateway is not None:
+            out.extend(GatewaySeries(self, self.gateway).build())
         return [{"series": s.text(), "values": encode(s.values)} for s in out]
 
     @staticmethod
@@ -929,3 +934,157 @@ class TrtllmReplicaSeries(ReplicaSeries):
         kv = p["kv"][0] if isinstance(p["kv"], list) else p["kv"]
         for key, value in (("running", p["running"]), ("waiting", p["waiting"]), ("kv_usage", kv)):
             self._s(g[key], self.gauge_labels, False).values.append(0.0 if zero else float(value))
+
+
+# --- a gateway in front of the replicas: the llm-d endpoint picker (EPP) -----------------------
+
+GATEWAY_DEFAULTS: dict[str, Any] = {
+    "state": "serving",  # serving | down (the EPP's target fails its scrape)
+    "overhead": 0.01,  # seconds the gateway adds to every request's TTFT and duration (routing, hop)
+    "errors": 0.0,  # share of requests the gateway answers with an error (error_code ModelServerError)
+    "rejected": 0.0,  # per second: rejected before the body is parsed (error counter only, error_code BadRequest)
+    "streaming": 0.8,  # share of streaming requests (TTFT of the others is their whole duration)
+}
+
+
+def go_le(b: float) -> str:
+    """The `le` value as client_golang writes it (shortest 'g'): 2, 0.005, 1.25, 3600, +Inf."""
+    if b == math.inf:
+        return "+Inf"
+    text = repr(float(b))
+    return text[:-2] if text.endswith(".0") else text
+
+
+class GatewayModel:
+    """The fleet's `gateway:` mapping: release, names it emits, target labels, traffic and events."""
+
+    def __init__(self, data: dict, spec: dict, namespace: str, pool: str) -> None:
+        data = copy.deepcopy(data)
+        selector = dict(spec.get("selector") or {})
+        self.version = version(data.pop("version", spec.get("engine_version", "0.10.0")))
+        release = next(r for r in DATA["llm_d_epp"]["releases"] if in_range(r, self.version))
+        # dual emission: a release writes its own names and the deprecated twins (emits: [..] overrides)
+        self.emits = list(data.pop("emits", release["emits"]))
+        self.job = data.pop("job", selector.get("job", "llm-d-epp"))
+        self.namespace = data.pop("namespace", selector.get("namespace", namespace))
+        self.pool = data.pop("pool", pool)  # the InferencePool's name (label `name` of the pool gauges)
+        self.traffic = {**GATEWAY_DEFAULTS, **(data.pop("traffic", {}) or {})}
+        self.events = []
+        for e in data.pop("events", []) or []:
+            unknown = set(e.get("set", {})) - set(GATEWAY_DEFAULTS)
+            if unknown:
+                raise ValueError(f"unknown gateway traffic fields {sorted(unknown)}")
+            self.events.append((seconds(e.get("from", 0)), seconds(e["to"]) if "to" in e else 10**9, e.get("set", {})))
+        if data:
+            raise ValueError(f"unknown gateway fields: {', '.join(sorted(data))}")
+
+    def at(self, t: int) -> dict[str, Any]:
+        p = dict(self.traffic)
+        for start, end, patch in self.events:
+            if start <= t < end:
+                p.update(patch)
+        return p
+
+
+class GatewaySeries:
+    """The EPP's series, step by step, from what the replicas behind it serve: every request a
+    serving replica finishes passed the gateway, with the gateway's overhead added to its TTFT and
+    duration. One EPP target; each generation of names it emits gets the same values."""
+
+    def __init__(self, fleet: Fleet, gw: GatewayModel) -> None:
+        self.f, self.gw = fleet, gw
+        self.series: dict[tuple[str, Labels], Series] = {}
+        self.base: Labels = (("job", gw.job), ("namespace", gw.namespace), ("instance", "10.0.7.11:9090"))
+        d = DATA["llm_d_epp"]
+        self.duration = tuple((*(float(b) for b in d["duration_buckets"]), math.inf))
+        self.ttft = tuple((*(float(b) for b in d["ttft_buckets"]), math.inf))
+        self.gens = [d["generations"][g] for g in gw.emits]
+
+    def _s(self, name: str, labels: Labels, integer: bool) -> Series:
+        s = self.series.get((name, labels))
+        if s is None:
+            s = self.series[(name, labels)] = Series(name, labels, integer)
+        return s
+
+    def _add(self, name: str, labels: Labels, inc: float, integer: bool = True) -> None:
+        s = self._s(name, labels, integer)
+        s.acc += inc
+        s.values.append(float(math.floor(s.acc + 1e-9)) if integer else round(s.acc, 6))
+
+    def _labels(self, gen: dict, extra: tuple[str, ...] = ()) -> Labels:
+        values = {"model_name": self.f.model, "target_model_name": self.f.model, "fairness_id": "", "priority": "0"}
+        names = [*gen["request_labels"], *extra]
+        return (*self.base, *((k, values[k]) for k in names))
+
+    def _hist(self, name: str, labels: Labels, bounds: tuple[float, ...], parts: list[tuple[float, Dist]]) -> None:
+        """One histogram observed from several replicas (n requests of distribution d each)."""
+        for b in bounds:
+            self._add(f"{name}_bucket", (*labels, ("le", go_le(b))), sum(n * d.cdf(b) for n, d in parts))
+        self._add(f"{name}_count", labels, sum(n for n, _ in parts))
+        self._add(f"{name}_sum", labels, sum(n * d.mean() for n, d in parts), False)
+
+    def build(self) -> list[Series]:
+        f, gw = self.f, self.gw
+        up = self._s("up", self.base, True)
+        was_up = False
+        for t in f.steps():
+            p = gw.at(t)
+            if p["state"] == "down":
+                up.values.append(0.0)
+                for s in self.series.values():
+                    if s is not up:
+                        s.values.append("stale" if was_up else None)
+                was_up = False
+                continue
+            up.values.append(1.0)
+            known = set(self.series)
+            self._step(t, p, first=not was_up)
+            for k, s in self.series.items():
+                if k not in known and len(s.values) < len(up.values):
+                    s.values[:0] = [None] * (len(up.values) - len(s.values))
+            was_up = True
+        return list(self.series.values())
+
+    def _step(self, t: int, p: dict, first: bool) -> None:
+        f = self.f
+        dt = 0 if first else STEP
+        ttft_parts: list[tuple[float, Dist]] = []
+        e2e_parts: list[tuple[float, Dist]] = []
+        kv: list[float] = []
+        waiting: list[float] = []
+        running = 0.0
+        for r in f.replicas:
+            rp = r.at(t)
+            if rp["state"] != "serving":
+                continue
+            n = rp["rate"] * dt
+            ttft = Dist.of(rp["ttft"])
+            out_d = Dist.of(rp["output_tokens"])
+            accept = list((rp["spec_decode"] or {}).get("accept", []))
+            tpot = Dist.of(rp["tpot"]) if rp["tpot"] is not None else Dist.of(rp["itl"]).scaled(1 / (1.0 + sum(accept)))
+            e2e = out_d.shifted(-1).scaled(tpot.mean()).shifted(ttft.mean()) if rp["e2e"] == "auto" else Dist.of(rp["e2e"])
+            ttft_parts.append((n, ttft.shifted(p["overhead"])))
+            e2e_parts.append((n, e2e.shifted(p["overhead"])))
+            kvs = rp["kv"] if isinstance(rp["kv"], list) else [rp["kv"]]
+            kv.append(sum(kvs) / len(kvs))
+            waiting.append(float(rp["waiting"]))
+            running += float(rp["running"])
+        total = sum(n for n, _ in ttft_parts)
+        share = float(p["streaming"])
+        for gen in self.gens:
+            req = self._labels(gen, tuple(gen.get("requests_extra_labels", ())))
+            self._add(gen["requests"], req, total)
+            err = self._labels(gen)
+            self._add(gen["errors"], (*err, ("error_code", "ModelServerError")), total * float(p["errors"]))
+            self._add(gen["errors"], (*err, ("error_code", "BadRequest")), float(p["rejected"]) * dt)
+            self._hist(gen["duration"], self._labels(gen), self.duration, e2e_parts)
+            if "ttft" in gen:
+                lab = self._labels(gen)
+                self._hist(gen["ttft"], (*lab, ("streaming", "true")), self.ttft, [(n * share, d) for n, d in ttft_parts])
+                self._hist(gen["ttft"], (*lab, ("streaming", "false")), self.ttft, [(n * (1 - share), d) for n, d in e2e_parts])
+            run_labels = self._labels(gen) if gen is DATA["llm_d_epp"]["generations"]["llm_d_epp"] else (*self.base, ("model_name", f.model))
+            self._s(gen["running"], run_labels, False).values.append(running)
+            pool = (*self.base, ("name", self.gw.pool))
+            self._s(gen["pool_kv"], pool, False).values.append(round(sum(kv) / len(kv), 6) if kv else 0.0)
+            self._s(gen["pool_queue"], pool, False).values.append(round(sum(waiting) / len(waiting), 6) if waiting else 0.0)
+            self._s(gen["pool_ready"], pool, False).values.append(float(len(kv)))

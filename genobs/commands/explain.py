@@ -180,6 +180,8 @@ def explain_signal(signal: str, plan, spec_label: str) -> str:
         out += ["First action", _wrap(info["first_action"])]
         return "\n".join(out) + "\n"
     parts = [f"Signal {signal} - {info['title']}: {len(names)} alert(s): {', '.join(names)}\n"]
+    # a layer of the spec (its gateway) that cannot observe the signal, said out loud
+    parts += [f"{_wrap(line)}\n" for line in plan.capabilities if f"({signal}) is not observable" in line]
     parts += [explain_alert(n, plan, spec_label) for n in names]
     return "\n".join(parts)
 

@@ -11,7 +11,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import backend, capacity, links, slo
+from genobs.plan import backend, capacity, gateway, links, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.capacity import CapacityPlan
@@ -270,7 +270,12 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
     if ctx is not None:
         _check_observable(ctx, overrides, report)
         resolved = [a for a in resolved if ctx.catalog.missing_reason(a.signal) is None]
-        slo.validate(doc, ctx, report)
+        gctx = gateway.gateway_context(doc, ctx, problems)
+        at_gateway = gateway.slo_indices(doc, gctx)
+        pods = frozenset(range(len(spec.slos))) - at_gateway
+        slo.validate(doc, ctx, report, only=pods if gctx else None)
+        if gctx is not None:
+            slo.validate(doc, gctx, report, only=at_gateway)
         capacity.validate(doc, ctx, report)
     return ctx, resolved, problems
 
@@ -373,6 +378,10 @@ class Assembly:
     cap_group: RuleGroup | None
 
 
+def _gateway_row(gw) -> tuple:
+    return () if gw is None else (gw.row,)
+
+
 def assemble(doc: SpecDocument) -> Assembly:
     spec = doc.spec
     ctx, resolved, problems = _checked(doc)
@@ -381,8 +390,22 @@ def assemble(doc: SpecDocument) -> Assembly:
 
     rec = build_recording(ctx)
     base_url = spec.runbook.base_url or "RUNBOOK.md"
-    alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(resolved)
-    slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names)
+    gctx = gateway.gateway_context(doc, ctx, problems)
+    gw = None if gctx is None else gateway.build_gateway(gctx, ctx, resolved, rec.names, base_url, spec.team)
+    # user-facing pages the gateway takes over: the pods' alerts keep their warnings
+    pods = resolved if gw is None else gateway.demote(resolved, gw.taken_over)
+    alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(pods)
+    gw_slos = None
+    if gw is None:
+        slos = pod_slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names)
+    else:  # the SLOs the gateway observes read it, the others the pods
+        at_gateway = gateway.slo_indices(doc, gctx)
+        pod_slos = slo.build_slos(gateway.with_slos(doc, at_gateway, False), ctx, base_url, spec.team, rec.names)
+        gw_slos = gateway.marked(
+            slo.build_slos(gateway.with_slos(doc, at_gateway, True), gctx, base_url, spec.team, gw.names)
+        )
+        slos = gateway.merge_slos(gw_slos, pod_slos)
+        gw = gateway.with_inhibit(gw, ctx, slo_alerts(gw_slos))
     cap = capacity.build(doc, ctx, rec, base_url, spec.team)
     readers = (*alerts, *slos.rules, *slos.long_rules, *(cap.rules if cap else ()))
     fast, panels = split_recording(tuple(rec.rules), readers)
@@ -391,11 +414,11 @@ def assemble(doc: SpecDocument) -> Assembly:
         interval = panels_interval(spec.evaluation_interval)
         groups += (RuleGroup(naming.group(spec.name, "recording-panels"), interval, panels),)
     groups += (RuleGroup(naming.group(spec.name, "alerts"), spec.evaluation_interval, tuple(alerts)),)
-    if slos.rules:
-        groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, slos.rules),)
-    if slos.long_rules:
+    if pod_slos.rules:
+        groups += (RuleGroup(naming.group(spec.name, "slo"), spec.evaluation_interval, pod_slos.rules),)
+    if pod_slos.long_rules:
         interval = slo.long_interval(spec.evaluation_interval)
-        groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, slos.long_rules),)
+        groups += (RuleGroup(naming.group(spec.name, "slo-long"), interval, pod_slos.long_rules),)
     preset = preset_data()[spec.use_case]
     title = spec.dashboard.title or f"{ctx.catalog.display_name} - {spec.name}"
     dashboard = Dashboard(
@@ -405,11 +428,13 @@ def assemble(doc: SpecDocument) -> Assembly:
         refresh=spec.dashboard.refresh,
         tags=("genobs", spec.service.engine, spec.use_case),
         variables=build_variables(ctx, rec),
-        rows=_with_lead(_with_capacity(slos.rows + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset),
+        rows=_with_lead(
+            _with_capacity(slos.rows + _gateway_row(gw) + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset
+        ),
         runbook_url=base_url if _absolute(base_url) else None,
         annotations=build_annotations(ctx),
     )
-    shown = [*alerts, *slo_alerts(slos), *(cap.rules if cap else ())]
+    shown = [*alerts, *(gw.alerts if gw else ()), *slo_alerts(slos), *(cap.rules if cap else ())]
     dashboard = replace(dashboard, panel_links=links.runbook_links(shown, dashboard.rows))
     # every alert links to its panel (dashboard.base_url), before its unit tests expect the annotation
     grafana = spec.dashboard.base_url
@@ -417,12 +442,16 @@ def assemble(doc: SpecDocument) -> Assembly:
     if cap is not None:
         cap = replace(cap, rules=links.with_dashboard_urls(cap.rules, grafana, dashboard))
     tested = groups
+    if gw is not None:  # checked by scenarios through promtool (tests/scenarios/gateway_*.yaml), not generated tests
+        gw_rules = links.with_dashboard_urls(gw.rules, grafana, dashboard)
+        groups += (RuleGroup(naming.group(spec.name, "gateway"), spec.evaluation_interval, gw_rules),)
+        groups += gateway.slo_groups(spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard))
     cap_group = None
     if cap is not None:
         cap_group = RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules)
         groups += (cap_group,)
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
-    raw = _raw_metrics(groups, ctx, recorded, cap.known if cap else frozenset())
+    raw = _raw_metrics(groups, ctx, recorded, (cap.known if cap else frozenset()) | (gw.raw if gw else frozenset()))
     _check_panels(dashboard.rows, recorded)
     plan = Plan(
         name=spec.name,
@@ -438,20 +467,21 @@ def assemble(doc: SpecDocument) -> Assembly:
         group_by=ctx.group,
         groups=groups,
         dashboard=dashboard,
-        runbook=_runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
+        runbook=(gw.runbook if gw else ()) + _runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
         slo_runbook=slos.runbook,
         warnings=tuple(_runbook_notes(base_url))
         + tuple(_policy_notes(resolved))
         + tuple(_unreachable(ctx, alerts))
         + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
-        capabilities=tuple(capability_lines(ctx, spec.use_case)),
+        capabilities=tuple(capability_lines(ctx, spec.use_case))
+        + tuple(gateway.capability_lines(gctx, ctx) if gctx else ()),
         engine_release=ctx.release,
         global_slos=tuple(s.name for s in spec.slos if s.scope == "global" and ctx.cluster),
         unobservable=ctx.catalog.not_observable,
         approximations=ctx.catalog.approximate,
     )
-    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, plan.alerts))
+    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, [a for a in plan.alerts if not gw or a not in gw.alerts]) + (gw.inhibit if gw else ()))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)
 
 

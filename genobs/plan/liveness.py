@@ -61,6 +61,8 @@ def http_by_model(ctx: Context, status: str, window: str, pick: Callable[[str], 
 
 def success_wording(ctx: Context, objective: str, bad: list[str]) -> str:
     sources = [f"finished_reason {', '.join(bad)}"] if bad else []
+    if ctx.has("gateway_errors"):
+        sources.append(f"error answers of the {ctx.catalog.display_name}")
     if ctx.has("http_requests") or ctx.has("request_errors"):
         sources.append("HTTP 5xx")
     if ctx.has("admission_rejections"):

@@ -53,14 +53,17 @@ def _nearest(bounds: tuple[float, ...], value: float) -> str:
     return ", ".join(format_seconds(b) for b in (*below, *above))
 
 
-def validate(doc, ctx: Context, report) -> None:
-    """Check each SLO against the engine version; report(path, message)."""
+def validate(doc, ctx: Context, report, only: frozenset[int] | None = None) -> None:
+    """Check each SLO against the engine version; report(path, message). `only`: the SLOs this
+    context reads (a gateway reads some, the pods the others); names are checked over all."""
     seen: set[str] = set()
     for i, slo in enumerate(doc.spec.slos):
         path = ("slos", i)
-        if slo.name in seen:
+        if slo.name in seen and (only is None or i in only):
             report((*path, "name"), f"SLO name {slo.name!r} is used twice")
         seen.add(slo.name)
+        if only is not None and i not in only:
+            continue
         if not slo.burn_rates:
             longest = max(burn_table()["alerts"], key=lambda r: prom_duration_seconds(r["long"]))["long"]
             if prom_duration_seconds(slo.period) < prom_duration_seconds(longest):

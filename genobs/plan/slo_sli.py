@@ -82,6 +82,8 @@ class Sli:
     def attempts(self) -> str:
         ctx = self.ctx
         if self.direct:
+            if "finish_by_reason" not in self.recorded:  # no finish reasons (SGLang), or a gateway
+                return pick_recorded(ctx, self.rec("attempted"))
             finished = q.sum_by(ctx.group, self.rec("finish_by_reason"))
             return pick_recorded(ctx, " + ".join([finished, *self._extra_failures()]))
         finished = q.sum_by(ctx.group, pick(ctx, self.raw_rate(ctx.finished_key)))
@@ -91,11 +93,16 @@ class Sli:
         ctx, g = self.ctx, self.ctx.group
         reasons = (("finished_reason", "=~", q.any_of(bad)),)
         if self.direct:
+            if "finish_by_reason" not in self.recorded:  # no finish reasons (SGLang), or a gateway
+                return pick_recorded(ctx, self.rec("failed"))
             finished = q.sum_by(g, self.rec("finish_by_reason"))
             terms = [f"({q.sum_by(g, self.rec('finish_by_reason', reasons))} or {finished} * 0)"] if bad else []
             return pick_recorded(ctx, " + ".join(terms + self._extra_failures()))
         finished = q.sum_by(g, pick(ctx, self.raw_rate(ctx.finished_key)))
         terms = liveness.failure_terms(ctx, self.w, f"{finished} * 0", self._pick)
+        if ctx.has("gateway_errors"):  # a gateway's own error answers (counted in its requests too)
+            errors = q.sum_by(g, pick(ctx, self.raw_rate("gateway_errors")))
+            terms.append(f"({errors} or {finished} * 0)")
         if bad:
             # V0 creates a finished_reason series only once seen: absent means 0
             failed = q.sum_by(g, pick(ctx, self.raw_rate("request_success", extra=reasons)))

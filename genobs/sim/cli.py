@@ -10,7 +10,7 @@ import threading
 
 import click
 
-from genobs.catalog import ENGINES
+from genobs.catalog import ENGINES, GATEWAYS
 
 from .scenarios import DESCRIPTIONS, SCENARIOS, parse_model_spec
 from .simulator import DEFAULT_VERSION, Simulator
@@ -64,10 +64,10 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
 @click.option("--addr", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--engine",
-    type=click.Choice(ENGINES),
+    type=click.Choice((*ENGINES, *GATEWAYS)),
     default="vllm",
     show_default=True,
-    help="Serving engine to mimic: names, labels and buckets come from its profile.",
+    help="Serving engine (or gateway: llm-d-epp) to mimic: names, labels and buckets come from its profile.",
 )
 @click.option(
     "--version",
@@ -136,17 +136,22 @@ def simulate(
     exporter_down closes the whole HTTP server, so run it in a simulator process of its own.
     """
     try:
-        sim = Simulator(
-            vllm_version,
-            models or None,
-            seed=seed,
-            speculative_decoding=spec_decode,
-            disaggregated_prefill=nixl,
-            fault_after=fault_after,
-            request_rate=request_rate,
-            data_parallel_size=data_parallel_size,
-            engine=engine,
-        )
+        if engine in GATEWAYS:
+            from .gateway import GatewaySimulator
+
+            sim = GatewaySimulator(vllm_version, models or None, fault_after=fault_after, request_rate=request_rate)
+        else:
+            sim = Simulator(
+                vllm_version,
+                models or None,
+                seed=seed,
+                speculative_decoding=spec_decode,
+                disaggregated_prefill=nixl,
+                fault_after=fault_after,
+                request_rate=request_rate,
+                data_parallel_size=data_parallel_size,
+                engine=engine,
+            )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     stop = threading.Event()

@@ -1,0 +1,478 @@
+"""Gateway planning (part of the `plan` stage): the user-facing layer a spec's `gateway:` block
+names in front of the engine pods of `service:` (docs/gateway.md).
+
+The gateway has its own profile (genobs/data/<engine>.yaml), release and selector, so it gets its
+own Context. User-facing latency and error alerts read it; each takes over the page of the pod
+alert on the same signal (genobs/data/gateway.yaml): the pod alert keeps its warning, loses its
+critical level, and is inhibited by the gateway alert for the same model, so one incident pages
+once. Diagnosis (KV cache, queue, preemptions, speculative decoding) stays on the pods. A signal
+the gateway's release cannot observe stays where it was: the pod alert keeps paging."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+from genobs import data as data_files
+from genobs import naming
+from genobs import promql as q
+from genobs.catalog import format_version, load_catalog, parse_version
+from genobs.errors import Problem
+from genobs.plan import liveness
+from genobs.plan.alerts import Resolved, format_threshold, labels_template
+from genobs.plan.context import Context
+from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, RuleGroup, RunbookEntry, Severity, Target
+from genobs.plan.recorder import Recorder
+from genobs.plan.recording import _histogram
+from genobs.plan.slo import long_interval
+from genobs.plan.slo_sli import MARKER
+
+_HUMANIZE = {"seconds": "humanizeDuration", "ratio": "humanizePercentage"}
+# histogram key -> recorded subject at the gateway
+_LATENCIES = {"ttft": "gateway_ttft_seconds", "e2e": "gateway_e2e_seconds"}
+
+
+@functools.cache
+def gateway_data() -> dict:
+    return data_files.load("gateway.yaml")
+
+
+def gateway_context(doc, ctx: Context, problems: list[Problem]) -> Context | None:
+    """The gateway's Context (its profile, release and selector; the pods' models and grouping),
+    or None without a gateway block or when the block has a problem (added to `problems`)."""
+    gw = doc.spec.gateway
+    if gw is None:
+        return None
+    catalog = load_catalog(gw.engine)
+    version = catalog.max_version
+    if gw.engine_version is not None:
+        version = parse_version(gw.engine_version)  # the spec model checked the form
+        if not catalog.min_version <= version <= catalog.max_version:
+            known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
+            problems.append(
+                doc.problem(
+                    ("gateway", "engine_version"),
+                    f"{catalog.display_name} {gw.engine_version} is outside the versions genobs knows ({known})",
+                )
+            )
+            return None
+    if "job" not in gw.selector:
+        problems.append(
+            doc.problem(
+                ("gateway", "selector"),
+                "must name the scrape job of the gateway (e.g. {job: llm-d-epp}): without it the gateway's "
+                "queries would also read the engine pods and every other target",
+            )
+        )
+        return None
+    if dict(gw.selector) == dict(ctx.selector):
+        problems.append(
+            doc.problem(("gateway", "selector"), "is service.selector itself; the gateway is scraped under its own job")
+        )
+        return None
+    group = [label for label in doc.spec.service.group_by if label != "instance"]
+    group += [k for k in gw.selector if k not in group]
+    return replace(
+        ctx,
+        catalog=catalog,
+        version=version,
+        dialect="colon",
+        selector=tuple(gw.selector.items()),
+        group=tuple(group),
+        features=frozenset(),
+        roles=None,
+        other_version=None,
+    )
+
+
+@dataclass(frozen=True)
+class GatewayPlan:
+    ctx: Context
+    rules: tuple[RecordingRule | AlertRule, ...]
+    alerts: tuple[AlertRule, ...]
+    row: Row
+    runbook: tuple[RunbookEntry, ...]
+    inhibit: tuple[dict, ...]
+    taken_over: frozenset[str]  # pod alerts whose page the gateway took
+    raw: frozenset[str]  # wire names the gateway's release exports (its rules and SLOs may read)
+    names: dict[str, str]  # signal key -> recorded name, for the SLOs that read the gateway
+
+
+def covered(gctx: Context) -> frozenset[str]:
+    """Pod alerts whose page the gateway's release can take over."""
+    out = set()
+    for a in gateway_data()["alerts"].values():
+        key = a.get("histogram")
+        if key is None or gctx.has(key):
+            out.add(a["takes_over"])
+    return frozenset(out)
+
+
+def demote(resolved: list[Resolved], taken: frozenset[str]) -> list[Resolved]:
+    """The pods' alerts the gateway took over keep their warning and info levels, not the page."""
+    out = []
+    for a in resolved:
+        if a.name in taken:
+            levels = tuple(lv for lv in a.levels if lv[0] != "critical")
+            if not levels:
+                continue
+            a = replace(a, levels=levels, protects="")
+        out.append(a)
+    return out
+
+
+def _record(gctx: Context) -> Recorder:
+    r = Recorder(gctx)
+    g = gctx.group
+    r.add("attempted", "gateway_requests", "rate", gctx.sum_rate("requests_finished"))
+    errors = f"{gctx.sum_rate('gateway_errors')} or ({r.ref('attempted')} * 0)"
+    r.add("failed", "gateway_request_errors", "rate", errors)
+    # requests rejected before the body is parsed count as errors only: both sides are summed
+    # before dividing, and the share cannot go below 0
+    r.add(
+        "success_ratio",
+        "gateway_request_success",
+        "ratio",
+        f"clamp_min(1 - {q.ratio(r.ref('failed'), r.ref('attempted'))}, 0)",
+    )
+    for key, subject in _LATENCIES.items():
+        if gctx.has(key):
+            _histogram(r, key, key, subject)
+    # the gateway's alerts, SLOs and panels read quantiles and buckets, no means
+    means = {name for key, name in r.names.items() if key.endswith("_mean")}
+    r.rules = [rule for rule in r.rules if rule.record not in means]
+    r.names = {k: v for k, v in r.names.items() if v not in means}
+    r.add("running", "gateway_requests_running", "sum", q.sum_by(g, gctx.raw("requests_running")))
+    pool = tuple(label for label in g if label != "model_name") + ("name",)
+    r.add("pool_ready", "gateway_pool_ready_endpoints", "max", q.max_by(pool, gctx.raw("pool_ready_endpoints", models=False)))
+    return r
+
+
+def _resolved_levels(resolved_all: list[Resolved], name: str) -> Resolved | None:
+    return next((a for a in resolved_all if a.name == name), None)
+
+
+def _alerts(gctx: Context, r: Recorder, resolved_all: list[Resolved], base_url: str, team: str | None) -> list[AlertRule]:
+    out = []
+    gate = f"and {q.on(gctx.group)} {r.ref('attempted')} >= {gctx.min_request_rate:g}"
+    for name, a in gateway_data()["alerts"].items():
+        pod = _resolved_levels(resolved_all, a["takes_over"])
+        key = a.get("histogram")
+        if pod is None or (key is not None and not gctx.has(key)):
+            continue
+        series = r.ref(f"{key}_quantile", (("quantile", "=", "0.99"),)) if key else r.ref("success_ratio")
+        for severity, threshold in pod.levels:
+            text = format_threshold(pod.kind, threshold) + pod.unit
+            value = f"{{{{ $value | {_HUMANIZE[pod.kind]} }}}}"
+            description = " ".join(a["description"].split()).format(value=value, threshold=text)
+            caveat = gctx.catalog.caveat(a["signal"])
+            if caveat is not None:
+                description += f" Approximation on {gctx.release}: {caveat}."
+            labels = [("severity", severity), ("signal", a["signal"]), ("layer", "gateway")]
+            if team:
+                labels.append(("team", team))
+            out.append(
+                AlertRule(
+                    name=name,
+                    signal=a["signal"],
+                    severity=severity,
+                    expr=f"{series} {pod.comparator} {threshold:g} {gate}",
+                    for_=pod.for_,
+                    summary=a["summary"].format(threshold=text),
+                    description=f"{labels_template(gctx.group)}: {description}",
+                    runbook_url=naming.runbook_url(base_url, name),
+                    labels=tuple(labels),
+                    threshold_text=text,
+                    threshold=threshold,
+                    comparator=pod.comparator,
+                    query=series,
+                    panel=a["panel"],
+                    protects=pod.page_reason() if severity == "critical" else "",
+                )
+            )
+    return out
+
+
+def _confirm(gctx: Context, ctx: Context, name: str) -> tuple[tuple[str, str], ...]:
+    """From the gateway to the pods: the gateway's own view, then the same signal per pod, then
+    the pods' causes."""
+    a = gateway_data()["alerts"][name]
+    key = a.get("histogram")
+    per_pod = liveness.replica_labels(ctx)
+    models = ("model_name", "target_model_name")
+    out: list[tuple[str, str]] = []
+    if key is not None:
+        at_gw = q.quantile(0.99, models, gctx.rate(key, "_bucket"))
+        out.append((f"gateway {key} p99 per requested and target model", at_gw))
+        if ctx.has(key):
+            out.append((f"pods' {key} p99 per instance", q.quantile(0.99, per_pod, ctx.rate(key, "_bucket"))))
+    else:
+        errors = q.sum_by(("model_name", "error_code"), gctx.rate("gateway_errors"))
+        out.append(("gateway errors per second by model and error_code", errors))
+        if ctx.has("request_success"):
+            reasons = q.sum_by((*per_pod, "finished_reason"), ctx.rate("request_success"))
+            out.append(("pods' finished requests per second by instance and finish reason", reasons))
+    out.append(("pods' waiting requests per instance", q.sum_by(per_pod, ctx.raw("requests_waiting"))))
+    out.append(("pods' KV cache usage per instance (max over ranks)", q.max_by(per_pod, ctx.raw("kv_cache_usage"))))
+    pool = q.selector(gctx.metric("pool_ready_endpoints"), gctx.raw_matchers(models=False))
+    out.append(("gateway ready endpoints per InferencePool", pool))
+    return tuple(out)
+
+
+def _runbook(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
+    data = gateway_data()["alerts"]
+    entries: dict[str, RunbookEntry] = {}
+    for a in alerts:
+        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}", a.for_)
+        if a.name in entries:
+            e = entries[a.name]
+            entries[a.name] = replace(e, severities=(*e.severities, sev), protects=e.protects or a.protects)
+            continue
+        d = data[a.name]
+        meaning = " ".join(d["meaning"].split())
+        caveat = gctx.catalog.caveat(a.signal)
+        if caveat is not None:
+            meaning += f" Approximation on {gctx.release}: {caveat}."
+        entries[a.name] = RunbookEntry(
+            alert=a.name,
+            anchor=naming.anchor(a.name),
+            signal=a.signal,
+            title=d["title"],
+            meaning=meaning,
+            first_action=" ".join(d["first_action"].split()),
+            next_checks=tuple(d["next_checks"]),
+            severities=(sev,),
+            summary=a.summary,
+            query=a.query,
+            panel=a.panel,
+            expr=a.expr,
+            confirm=_confirm(gctx, ctx, a.name),
+            protects=a.protects,
+        )
+    return tuple(entries.values())
+
+
+def _matcher(label: str, op: str, value: str) -> str:
+    return f"{label}{op}{q.quote(value)}"
+
+
+def _inhibit(gctx: Context, ctx: Context, alerts: list[AlertRule], burns: tuple[AlertRule, ...] = ()) -> tuple[dict, ...]:
+    """A gateway page silences its own warning; a gateway alert silences the warnings of the pod
+    alert it took over, for the same model (labels both sides carry with the same meaning); an SLO
+    read at the gateway burning fast silences its slow burn and the gateway's and the pods'
+    threshold alerts of its signal (a fast burn every severity of the gateway's, a slow burn warnings)."""
+    names = sorted({a.name for a in alerts})
+    if not names:
+        return ()
+    gw_fixed = [_matcher(k, "=", v) for k, v in gctx.selector]
+    pod_fixed = [_matcher(k, "=", v) for k, v in ctx.selector]
+    shared = [
+        label
+        for label in gctx.group
+        if label in ctx.group and dict(gctx.selector).get(label) == dict(ctx.selector).get(label)
+    ]
+    own = _matcher("alertname", "=~", q.any_of(names))
+    rules = [
+        {
+            "source_matchers": [own, 'severity="critical"', *gw_fixed],
+            "target_matchers": [own, 'severity=~"warning|info"', *gw_fixed],
+            "equal": ["alertname", *gctx.group],
+        }
+    ]
+    rules += _burn_rules(gctx, ctx, alerts, burns, gw_fixed, pod_fixed, shared)
+    for name in names:
+        pod = gateway_data()["alerts"][name]["takes_over"]
+        rules.append(
+            {
+                "source_matchers": [_matcher("alertname", "=", name), *gw_fixed],
+                "target_matchers": [_matcher("alertname", "=", pod), 'severity=~"warning|info"', *pod_fixed],
+                "equal": ["signal", *shared],
+            }
+        )
+    return tuple(rules)
+
+
+def _burn_rules(gctx, ctx, alerts, burns, gw_fixed, pod_fixed, shared) -> list[dict]:
+    fast = sorted({a.name for a in burns if a.severity == "critical"})
+    slow = sorted({a.name for a in burns if a.severity != "critical"})
+    out: list[dict] = []
+    if fast and slow:
+        out.append(
+            {
+                "source_matchers": [_matcher("alertname", "=~", q.any_of(fast)), *gw_fixed],
+                "target_matchers": [_matcher("alertname", "=~", q.any_of(slow)), *gw_fixed],
+                "equal": ["slo", *gctx.group],
+            }
+        )
+    signals = {a.signal for a in burns}
+    mine = sorted({a.name for a in alerts if a.signal in signals})
+    theirs = sorted({gateway_data()["alerts"][n]["takes_over"] for n in mine})
+    for source, severities in ((fast, ""), (slow, "warning|info")):
+        if not source or not mine:
+            continue
+        sev = [_matcher("severity", "=~", severities)] if severities else []
+        out.append(
+            {
+                "source_matchers": [_matcher("alertname", "=~", q.any_of(source)), *gw_fixed],
+                "target_matchers": [_matcher("alertname", "=~", q.any_of(mine)), *sev, *gw_fixed],
+                "equal": ["signal", *gctx.group],
+            }
+        )
+        out.append(
+            {
+                "source_matchers": [_matcher("alertname", "=~", q.any_of(source)), *gw_fixed],
+                "target_matchers": [
+                    _matcher("alertname", "=~", q.any_of(theirs)), 'severity=~"warning|info"', *pod_fixed
+                ],
+                "equal": ["signal", *shared],
+            }
+        )
+    return out
+
+
+def _row(gctx: Context, r: Recorder, pod_names: dict[str, str], ctx: Context) -> Row:
+    m = gctx.panel_matchers()
+    by = q.by(gctx.group)
+    panels = []
+    for key, title in (("ttft", "Gateway time to first token"), ("e2e", "Gateway end-to-end latency")):
+        if f"{key}_quantile" not in r.names:
+            continue
+        targets = [
+            Target(
+                q.selector(r.names[f"{key}_quantile"], (*m, ("quantile", "=~", "0.5|0.99"))),
+                "gateway p{{quantile}} {{model_name}}",
+            )
+        ]
+        if f"{key}_quantile" in pod_names:
+            pods = q.selector(pod_names[f"{key}_quantile"], (*ctx.panel_matchers(), ("quantile", "=", "0.99")))
+            targets.append(Target(pods, "pods p99 {{model_name}}"))
+        panels.append(
+            Panel(
+                title,
+                f"p50 and p99 at the gateway ({gctx.release}) beside the pods' p99: the gap is routing and the "
+                "network hop; both high means the pods are the cause.",
+                "s",
+                tuple(targets),
+            )
+        )
+    panels.append(
+        Panel(
+            "Gateway request success",
+            "Share of requests the gateway answered without an error (errors include requests it rejected "
+            "before routing).",
+            "percentunit",
+            (Target(f"sum {by} ({q.selector(r.names['success_ratio'], m)})", "{{model_name}}"),),
+            min=0,
+            max=1,
+        )
+    )
+    panels.append(
+        Panel(
+            "Gateway requests per second",
+            "Requests received by the gateway, and requests in flight through it.",
+            "reqps",
+            (
+                Target(q.selector(r.names["attempted"], m), "received {{model_name}}"),
+                Target(q.selector(r.names["running"], m), "in flight {{model_name}}"),
+            ),
+        )
+    )
+    panels.append(
+        Panel(
+            "Gateway ready endpoints",
+            "Ready endpoints (pods) of each InferencePool, as the endpoint picker sees them.",
+            "short",
+            (Target(q.selector(r.names["pool_ready"], [(k, "=", v) for k, v in gctx.selector]), "{{name}}"),),
+            min=0,
+        )
+    )
+    return Row(f"Gateway ({gctx.release})", tuple(panels))
+
+
+def build_gateway(
+    gctx: Context, ctx: Context, resolved_all: list[Resolved], pod_names: dict[str, str], base_url: str, team: str | None
+) -> GatewayPlan:
+    r = _record(gctx)
+    alerts = _alerts(gctx, r, resolved_all, base_url, team)
+    return GatewayPlan(
+        ctx=gctx,
+        rules=(*r.rules, *alerts),
+        alerts=tuple(alerts),
+        row=_row(gctx, r, pod_names, ctx),
+        runbook=_runbook(gctx, ctx, alerts),
+        inhibit=_inhibit(gctx, ctx, alerts),
+        taken_over=covered(gctx),
+        raw=frozenset(gctx.catalog.names_for(gctx.version)),
+        names=dict(r.names),
+    )
+
+
+def capability_lines(gctx: Context, ctx: Context) -> list[str]:
+    """One line per user-facing signal the gateway's release cannot observe: the pods keep its page."""
+    out = []
+    for a in gateway_data()["alerts"].values():
+        key = a.get("histogram")
+        if key is not None and not gctx.has(key):
+            why = gctx.catalog.missing_reason(key) or f"{gctx.release} has no {key} histogram"
+            out.append(
+                f"{a['title']} ({a['signal']}) is not observable on {gctx.release}: {why}; "
+                f"{a['takes_over']} keeps paging from the pods ({ctx.release})"
+            )
+    return out
+
+
+# SLIs a gateway can serve, where its release has the histogram (success: its error counter)
+_GATEWAY_SLIS = {"success": None, "ttft": "ttft", "e2e": "e2e"}
+
+
+def slo_indices(doc, gctx: Context | None) -> frozenset[int]:
+    """The spec's SLOs the gateway reads: users' view, where the gateway's release observes the SLI."""
+    if gctx is None:
+        return frozenset()
+    out = set()
+    for i, s in enumerate(doc.spec.slos):
+        if s.sli in _GATEWAY_SLIS and (_GATEWAY_SLIS[s.sli] is None or gctx.has(_GATEWAY_SLIS[s.sli])):
+            out.add(i)
+    return frozenset(out)
+
+
+def with_slos(doc, indices: frozenset[int], inside: bool):
+    """`doc` with only the SLOs at `indices` (inside) or only the others."""
+    kept = [s for i, s in enumerate(doc.spec.slos) if (i in indices) == inside]
+    return replace(doc, spec=doc.spec.model_copy(update={"slos": kept}))
+
+
+def marked(slos):
+    """The gateway's SloPlan with its model marker labelled layer="gateway": two rules recording
+    one name with the same labels would be ambiguous."""
+    own = tuple(
+        replace(r, labels=(*r.labels, ("layer", "gateway"))) if getattr(r, "record", None) == MARKER else r
+        for r in slos.rules
+    )
+    return replace(slos, rules=own)
+
+
+def slo_groups(spec, slos, linked) -> tuple[RuleGroup, ...]:
+    """The gateway's SLO rules in their own groups (gateway-slo.rules.yaml), beside the pods'."""
+    out: tuple[RuleGroup, ...] = ()
+    if slos is not None and slos.rules:
+        out += (RuleGroup(naming.group(spec.name, "gateway-slo"), spec.evaluation_interval, linked(slos.rules)),)
+    if slos is not None and slos.long_rules:
+        interval = long_interval(spec.evaluation_interval)
+        out += (RuleGroup(naming.group(spec.name, "gateway-slo-long"), interval, linked(slos.long_rules)),)
+    return out
+
+
+def merge_slos(first, second):
+    """Two SloPlans as one (dashboard rows, runbook): the gateway's SLOs first."""
+    return replace(
+        first,
+        rules=first.rules + second.rules,
+        rows=first.rows + second.rows,
+        runbook=first.runbook + second.runbook,
+        long_rules=first.long_rules + second.long_rules,
+    )
+
+
+def with_inhibit(gw: GatewayPlan, ctx: Context, burns: list[AlertRule]) -> GatewayPlan:
+    return replace(gw, inhibit=_inhibit(gw.ctx, ctx, list(gw.alerts), tuple(burns)))
