@@ -127,6 +127,8 @@ class Catalog:
     scheduler_labels: tuple[str, ...] = ()
     # the label that names the model on the wire; read as model_name everywhere else (Dynamo: model)
     model_label: str = "model_name"
+    # a gateway's words in its alert and runbook texts (genobs/data/gateway.yaml placeholders)
+    words: tuple[tuple[str, str], ...] = ()
 
     def release(self, v: Version) -> str:
         """'SGLang 0.5.23': the engine and release in messages."""
@@ -224,6 +226,7 @@ def _build(raw: dict) -> Catalog:
         metrics_path=raw.get("metrics_path", "/metrics"),
         scheduler_labels=tuple(raw.get("scheduler_labels", ())),
         model_label=raw.get("model_label", "model_name"),
+        words=tuple((str(k), " ".join(str(v).split()) if k != "ttft_scope" else str(v)) for k, v in raw.get("words", {}).items()),
     )
 
 

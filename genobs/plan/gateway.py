@@ -155,6 +155,11 @@ def _model_labels(gctx: Context) -> tuple[str, ...]:
     return ("model_name", *(label for label in ("target_model_name",) if label in gctx.catalog.rank_labels_summed))
 
 
+def _words(gctx: Context) -> dict[str, str]:
+    """The gateway profile's words for the placeholders of genobs/data/gateway.yaml."""
+    return dict(gctx.catalog.words)
+
+
 def _resolved_levels(resolved_all: list[Resolved], name: str) -> Resolved | None:
     return next((a for a in resolved_all if a.name == name), None)
 
@@ -171,7 +176,7 @@ def _alerts(gctx: Context, r: Recorder, resolved_all: list[Resolved], base_url: 
         for severity, threshold in pod.levels:
             text = format_threshold(pod.kind, threshold) + pod.unit
             value = f"{{{{ $value | {_HUMANIZE[pod.kind]} }}}}"
-            description = " ".join(a["description"].split()).format(value=value, threshold=text)
+            description = " ".join(a["description"].split()).format(value=value, threshold=text, **_words(gctx))
             caveat = gctx.catalog.caveat(a["signal"])
             if caveat is not None:
                 description += f" Approximation on {gctx.release}: {caveat}."
@@ -238,7 +243,8 @@ def _runbook(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[Runb
             entries[a.name] = replace(e, severities=(*e.severities, sev), protects=e.protects or a.protects)
             continue
         d = data[a.name]
-        meaning = " ".join(d["meaning"].split())
+        words = _words(gctx)
+        meaning = " ".join(d["meaning"].split()).format(**words)
         caveat = gctx.catalog.caveat(a.signal)
         if caveat is not None:
             meaning += f" Approximation on {gctx.release}: {caveat}."
@@ -248,8 +254,12 @@ def _runbook(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[Runb
             signal=a.signal,
             title=d["title"],
             meaning=meaning,
-            first_action=" ".join(d["first_action"].split()),
-            next_checks=tuple(d["next_checks"]),
+            first_action=" ".join(d["first_action"].split()).format(**words),
+            next_checks=tuple(
+                check.format(**words)
+                for check in d["next_checks"]
+                if "ready endpoints" not in check or gctx.has("pool_ready_endpoints")
+            ),
             severities=(sev,),
             summary=a.summary,
             query=a.query,
