@@ -170,3 +170,23 @@ def test_frontend_and_workers_are_each_counted_once(tmp_path: Path, promtool: st
     ]
     proc = promtool_expr_tests(promtool, files, groups, series, tests, tmp_path / "values.test.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_simulated_frontend_writes_only_catalog_names_with_label_model():
+    """`genobs simulate --engine dynamo`: every family is a row of the catalog's Dynamo table,
+    each sample carries `model` (never model_name), and overload and cancellations are split by
+    status and error_type as prometheus_names.rs writes them."""
+    from genobs.sim.dynamo import DynamoFrontendSimulator
+
+    now = [0.0]
+    sim = DynamoFrontendSimulator(None, {"a": "success_drop", "b": "abort_surge"}, fault_after=1, clock=lambda: now[0])
+    now[0] = 60.0
+    body = sim.render().decode()
+    samples = [line for line in body.splitlines() if line and not line.startswith("#")]
+    names = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in samples}
+    assert names <= FRONTEND, sorted(names - FRONTEND)
+    assert all('model="' in line and "model_name" not in line for line in samples)
+    assert 'error_type="overload",model="a",request_type="stream",status="error"' in body
+    assert 'error_type="cancelled",model="b",request_type="stream",status="error"' in body
+    with pytest.raises(ValueError, match="outside the catalog's range"):
+        DynamoFrontendSimulator("1.5", None)
