@@ -190,3 +190,30 @@ def test_simulated_frontend_writes_only_catalog_names_with_label_model():
     assert 'error_type="cancelled",model="b",request_type="stream",status="error"' in body
     with pytest.raises(ValueError, match="outside the catalog's range"):
         DynamoFrontendSimulator("1.5", None)
+
+
+@pytest.mark.slow  # a real Alertmanager on loopback
+def test_alertmanager_pages_once_the_frontend_silences_the_workers_warnings(tmp_path: Path):
+    """The frontend's alerts carry model_name (read from its `model` label), so they silence the
+    workers' warnings of the same signal and model, and no other model's or job's."""
+    from genobs.build import render_spec
+    from tests.test_alertmanager import _assert_inhibited, _running
+
+    inhibit = yaml.safe_load(render_spec(SPEC).files["alertmanager/inhibit-rules.yaml"])["inhibit_rules"]
+    config = {"route": {"receiver": "null"}, "receivers": [{"name": "null"}], "inhibit_rules": inhibit}
+
+    def alert(name: str, severity: str, signal: str, job: str, **labels: str) -> dict:
+        base = {"namespace": "dynamo-prod", "job": job, "model_name": MODEL, "signal": signal}
+        return {"labels": {"alertname": name, "severity": severity, **base, **labels}}
+
+    front = "dynamo-frontend"
+    workers = "dynamo-vllm-worker"
+    page = alert("GatewaySuccessRatioLow", "critical", "success", front, layer="gateway")
+    warning = alert("GatewaySuccessRatioLow", "warning", "success", front, layer="gateway")
+    pod_success = alert("VllmSuccessRatioLow", "warning", "success", workers)
+    other_model = alert("VllmSuccessRatioLow", "warning", "success", workers, model_name="other-model")
+    kv = alert("VllmKvCacheSaturated", "warning", "kv_cache", workers, instance="10.0.0.11:8000")
+    pod_ttft = alert("VllmTtftP99High", "warning", "ttft", workers)
+    alerts = [page, warning, pod_success, other_model, kv, pod_ttft]
+    with _running(tmp_path, config) as url:
+        _assert_inhibited(url, alerts, [warning, pod_success])
