@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.server
 import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -33,6 +35,53 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen | None) -> None:
+    """Terminate a server the test started (kill it if it does not exit within 15 s)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def tail_log(path: Path, name: str, tail: int) -> str:
+    """The last `tail` lines of a server's log file, for a failure message."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no {name} log)"
+    return "\n".join(lines[-tail:])
+
+
+@contextlib.contextmanager
+def static_exporter(bodies: dict[str, bytes]) -> Iterator[int]:
+    """A loopback HTTP server answering GET <path> with bodies[path] (text exposition format),
+    404 otherwise; yields its port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = bodies.get(self.path)
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def poll(check: Callable[[], object], deadline: float, interval: float = 0.5, what: str = "condition") -> object:
@@ -224,21 +273,10 @@ class Prometheus:
         poll(ready, deadline, 0.2, "prometheus /-/ready")
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        stop_process(self.proc)
 
     def log(self, tail: int = 200) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no prometheus log)"
-        return "\n".join(lines[-tail:])
+        return tail_log(self.log_path, "prometheus", tail)
 
     # --- HTTP API ---------------------------------------------------------------------------
     def _request(self, url: str) -> urllib.request.Request:

@@ -9,8 +9,6 @@ computed here from those numbers."""
 from __future__ import annotations
 
 import contextlib
-import http.server
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,7 @@ from genobs.cli import main
 from genobs.compiler import build_plan
 from genobs.loader import load_spec_text
 from tests.conftest import REPO
-from tests.e2e_support import PROMETHEUS, Prometheus, poll
+from tests.e2e_support import PROMETHEUS, Prometheus, poll, static_exporter
 
 pytestmark = pytest.mark.slow  # real servers on loopback
 
@@ -56,29 +54,8 @@ def dcgm_body() -> str:
     return "\n".join(lines) + "\n"
 
 
-@contextlib.contextmanager
-def exporter() -> Iterator[int]:
-    bodies = {"/vllm": VLLM.encode(), "/dcgm": dcgm_body().encode()}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            body = bodies.get(self.path)
-            self.send_response(200 if body else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+def exporter() -> contextlib.AbstractContextManager[int]:
+    return static_exporter({"/vllm": VLLM.encode(), "/dcgm": dcgm_body().encode()})
 
 
 def job(name: str, port: int, path: str, labels: dict[str, str], honor: bool = False) -> dict:

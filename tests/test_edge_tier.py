@@ -7,10 +7,7 @@ through the generated `write_relabel_configs`, and, for comparison, unfiltered."
 from __future__ import annotations
 
 import contextlib
-import http.server
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +20,7 @@ from genobs.commands.scrape_config import read_families
 from genobs.compiler import load_plan
 from genobs.plan import tiers
 from tests.conftest import REPO
-from tests.e2e_support import PROMETHEUS, Prometheus, poll
+from tests.e2e_support import PROMETHEUS, Prometheus, poll, static_exporter
 from tests.vm_support import VictoriaMetrics, running
 
 pytestmark = pytest.mark.slow  # real servers on loopback
@@ -39,29 +36,8 @@ def underscore(body: str) -> str:
     return body.replace("vllm:", "vllm_")
 
 
-@contextlib.contextmanager
-def exporter() -> Iterator[int]:
-    bodies = {"/colon": EXPOSITION.encode(), "/underscore": underscore(EXPOSITION).encode()}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            body = bodies.get(self.path)
-            self.send_response(200 if body else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+def exporter() -> contextlib.AbstractContextManager[int]:
+    return static_exporter({"/colon": EXPOSITION.encode(), "/underscore": underscore(EXPOSITION).encode()})
 
 
 def job(name: str, port: int, path: str, relabel: list[dict], *pods: dict[str, str]) -> dict:

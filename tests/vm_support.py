@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e_support import free_port, poll
+from tests.e2e_support import free_port, poll, stop_process, tail_log
 
 PACKAGES = {
     "victoria-metrics": "victoria-metrics",
@@ -95,21 +95,10 @@ class Server:
             raise
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        stop_process(self.proc)
 
     def log(self, tail: int = 100) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return f"(no {self.name} log)"
-        return "\n".join(lines[-tail:])
+        return tail_log(self.log_path, self.name, tail)
 
 
 class VictoriaMetrics(Server):

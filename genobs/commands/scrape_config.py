@@ -123,9 +123,9 @@ def scrape_job(
     if path != "/metrics":  # trtllm-serve: /prometheus/metrics
         out["metrics_path"] = path
     out["static_configs"] = [static]
-    relabels = relabel_configs(engine) if relabel else []
-    if relabels or keep:
-        out["metric_relabel_configs"] = relabels + (keep or [])
+    rename = relabel_configs(engine) if relabel else []
+    if rename or keep:
+        out["metric_relabel_configs"] = rename + (keep or [])
     return out
 
 
@@ -173,13 +173,6 @@ def _plan(spec: Path):
 @click.option("--interval", default=None, help="scrape_interval of this job, e.g. 15s (default: the global one).")
 @click.option("--relabel-only", is_flag=True, help="Print only the metric_relabel_configs list.")
 @click.option(
-    "--engine",
-    "engine_option",
-    type=click.Choice(ENGINES),
-    default=None,
-    help="Engine whose metric prefix is restored (default: the spec's service.engine, else vllm).",
-)
-@click.option(
     "--drop-unread",
     is_flag=True,
     help="Keep only the metric families the spec's rules and runbook queries read (needs SPEC): a `keep` by "
@@ -193,17 +186,24 @@ def _plan(spec: Path):
     help="Print instead the edge tier's remote_write entry to URL (needs SPEC): it ships only the recorded "
     "genobs:* series and the raw series the global rules read.",
 )
+@click.option(
+    "--engine",
+    "engine_option",
+    type=click.Choice(ENGINES),
+    default=None,
+    help="Engine whose metric prefix is restored (default: the spec's service.engine, else vllm).",
+)
 def scrape_config(
     spec: Path | None,
     job: str | None,
     targets: tuple[str, ...],
     interval: str | None,
     relabel_only: bool,
-    engine_option: str | None,
     drop_unread: bool,
     remote_write: str | None,
+    engine_option: str | None,
 ) -> None:
-    """Print a Prometheus scrape job for an engine (vLLM, SGLang) that keeps the metric names' colons.
+    """Print a Prometheus scrape job for an engine (vLLM, SGLang, TensorRT-LLM) that keeps the metric names' colons.
 
     prometheus_client >= 0.23 answers Prometheus 2.x's OpenMetrics Accept header
     with `:` escaped to `_`; the job's metric_relabel_configs turn the names back, so

@@ -477,9 +477,9 @@ def assemble(doc: SpecDocument) -> Assembly:
         capabilities=tuple(capability_lines(ctx, spec.use_case))
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ()),
         engine_release=ctx.release,
+        global_slos=tuple(s.name for s in spec.slos if s.scope == "global" and ctx.cluster),
         unobservable=ctx.catalog.not_observable,
         approximations=ctx.catalog.approximate,
-        global_slos=tuple(s.name for s in spec.slos if s.scope == "global" and ctx.cluster),
     )
     plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, [a for a in plan.alerts if not gw or a not in gw.alerts]) + (gw.inhibit if gw else ()))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)
