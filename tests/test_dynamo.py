@@ -217,3 +217,27 @@ def test_alertmanager_pages_once_the_frontend_silences_the_workers_warnings(tmp_
     alerts = [page, warning, pod_success, other_model, kv, pod_ttft]
     with _running(tmp_path, config) as url:
         _assert_inhibited(url, alerts, [warning, pod_success])
+
+
+@pytest.mark.parametrize(
+    ("engine", "release", "bodies"),
+    [
+        ("sglang", "0.5.23", ("sglang_0.5.23_exposition.txt",)),
+        ("trtllm", "1.2.1", ("trtllm_exposition.txt",)),
+    ],
+)
+def test_frontend_in_front_of_other_engines_reads_their_real_bodies(engine: str, release: str, bodies: tuple[str, ...]):
+    """Dynamo's SGLang and TensorRT-LLM workers re-export sglang:* and trtllm_*: the spec's
+    `service` names their engine, the worker side reads only names of their real bodies, and the
+    frontend still takes the user-facing pages."""
+    from tests.test_engines import body_names
+
+    data = yaml.safe_load(SPEC.read_text())
+    data["service"].update(engine=engine, engine_version=release)
+    data["slos"] = [s for s in data["slos"] if s["sli"] != "itl"]  # TensorRT-LLM has no ITL histogram
+    data["alerts"] = {"e2e": {"warning": "32s"}}
+    names, _, plan = _read(yaml.safe_dump(data, sort_keys=False))
+    workers = {n for n in names if not n.startswith("dynamo_")}
+    assert workers and workers <= body_names(*bodies), sorted(workers - body_names(*bodies))
+    assert {n for n in names if n.startswith("dynamo_")} <= FRONTEND
+    assert {a.severity for a in plan.alerts if a.name == "GatewayTtftP99High"} == {"critical", "warning"}
