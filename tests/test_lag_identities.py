@@ -143,11 +143,9 @@ def _tests() -> list[dict]:
     return tests
 
 
-@pytest.fixture(scope="module")
-def chat_build():
-    out = render_spec(CHAT)
-    spec = yaml.safe_load(CHAT.read_text())
-    recorded = sorted(
+def _recorded(out) -> list[str]:
+    """Every series the built rule files record, sorted."""
+    return sorted(
         {
             r["record"]
             for name, data in out.files.items()
@@ -157,6 +155,13 @@ def chat_build():
             if "record" in r
         }
     )
+
+
+@pytest.fixture(scope="module")
+def chat_build():
+    out = render_spec(CHAT)
+    spec = yaml.safe_load(CHAT.read_text())
+    recorded = _recorded(out)
     return out.files, spec, recorded
 
 
@@ -322,16 +327,7 @@ def test_bounds_hold_on_every_example_spec_whichever_evaluation_a_rule_sees(
 ):
     out = render_spec(spec_path)
     spec = yaml.safe_load(spec_path.read_text())
-    recorded = sorted(
-        {
-            r["record"]
-            for name, data in out.files.items()
-            if name.startswith("prometheus/") and name.endswith(".rules.yaml")
-            for g in yaml.safe_load(data)["groups"]
-            for r in g["rules"]
-            if "record" in r
-        }
-    )
+    recorded = _recorded(out)
     series, tests = _generic_fleet(spec), _generic_tests(spec)
     failures = []
     # the bit patterns separate every two names; no lag at all is Prometheus, which the scenarios test
