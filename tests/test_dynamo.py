@@ -217,6 +217,16 @@ def test_alertmanager_pages_once_the_frontend_silences_the_workers_warnings(tmp_
     alerts = [page, warning, pod_success, other_model, kv, pod_ttft]
     with _running(tmp_path, config) as url:
         _assert_inhibited(url, alerts, [warning, pod_success])
+    # a TTFT surge (tests/scenarios/dynamo_frontend_ttft_degradation_pages_once.yaml fires all of
+    # these): the first-token SLO's fast burn, read at the frontend, is the one page left
+    fast = alert("SloFirstTokenErrorBudgetBurnFast", "critical", "ttft", front, slo="first-token")
+    slow = alert("SloFirstTokenErrorBudgetBurnSlow", "warning", "ttft", front, slo="first-token")
+    ttft_page = alert("GatewayTtftP99High", "critical", "ttft", front, layer="gateway")
+    ttft_warning = alert("GatewayTtftP99High", "warning", "ttft", front, layer="gateway")
+    burning = [fast, slow, ttft_page, ttft_warning, pod_ttft, kv]
+    (tmp_path / "burn").mkdir()
+    with _running(tmp_path / "burn", config) as url:
+        _assert_inhibited(url, burning, [slow, ttft_page, ttft_warning, pod_ttft])
 
 
 @pytest.mark.parametrize(
@@ -241,3 +251,19 @@ def test_frontend_in_front_of_other_engines_reads_their_real_bodies(engine: str,
     assert workers and workers <= body_names(*bodies), sorted(workers - body_names(*bodies))
     assert {n for n in names if n.startswith("dynamo_")} <= FRONTEND
     assert {a.severity for a in plan.alerts if a.name == "GatewayTtftP99High"} == {"critical", "warning"}
+
+
+def test_slos_over_another_window_read_the_frontend_raw_series_as_model_name(tmp_path: Path, promtool: str):
+    """rate_window 1m: the SLOs' 5m base window reads the frontend's raw counters and buckets,
+    relabelled to model_name (and the rules pass promtool)."""
+    data = yaml.safe_load(SPEC.read_text())
+    data["rate_window"] = "1m"
+    spec = tmp_path / "dynamo-1m.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(main, ["build", "--strict", "-o", str(tmp_path / "out"), str(spec)])
+    assert result.exit_code == 0, result.output
+    _, plan = load_plan(spec)
+    gateway_slo = " ".join(r.expr for g in plan.groups if g.name.endswith("-gateway-slo") for r in g.rules)
+    assert "dynamo_frontend_time_to_first_token_seconds_count" in gateway_slo
+    assert 'status="error",error_type!~"cancelled|validation|not_found"' in gateway_slo
+    assert '"model_name", "$1", "model"' in gateway_slo and "vllm:" not in gateway_slo
