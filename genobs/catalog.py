@@ -125,6 +125,10 @@ class Catalog:
     # labels that tell one replica's schedulers apart on the series that carry them, where no rank
     # label is shared by every series (SGLang: dp_rank on scheduler gauges, none on tokenizer counters)
     scheduler_labels: tuple[str, ...] = ()
+    # the label that names the model on the wire; read as model_name everywhere else (Dynamo: model)
+    model_label: str = "model_name"
+    # a gateway's words in its alert and runbook texts (genobs/data/gateway.yaml placeholders)
+    words: tuple[tuple[str, str], ...] = ()
 
     def release(self, v: Version) -> str:
         """'SGLang 0.5.23': the engine and release in messages."""
@@ -221,10 +225,12 @@ def _build(raw: dict) -> Catalog:
         abort_reason=raw.get("abort_reason", "abort"),
         metrics_path=raw.get("metrics_path", "/metrics"),
         scheduler_labels=tuple(raw.get("scheduler_labels", ())),
+        model_label=raw.get("model_label", "model_name"),
+        words=tuple((str(k), " ".join(str(v).split()) if k != "ttft_scope" else str(v)) for k, v in raw.get("words", {}).items()),
     )
 
 
-GATEWAYS = ("llm-d-epp",)  # profiles of a layer in front of the engines (spec `gateway:`)
+GATEWAYS = ("llm-d-epp", "dynamo")  # profiles of a layer in front of the engines (spec `gateway:`)
 ENGINES = ("vllm", "sglang", "trtllm")  # one profile file per engine: genobs/data/<engine>.yaml
 
 

@@ -133,9 +133,9 @@ class Gateway(_Model):
     latency and error alerts and the SLOs read it; diagnosis (KV cache, queue, preemptions) reads
     the pods."""
 
-    engine: Literal["llm-d-epp"] = Field(
-        description="The gateway: llm-d-epp (llm-d's endpoint picker, Gateway API Inference Extension); picks "
-        "its profile (metric names per release, buckets)."
+    engine: Literal["llm-d-epp", "dynamo"] = Field(
+        description="The gateway: llm-d-epp (llm-d's endpoint picker, Gateway API Inference Extension) or dynamo "
+        "(NVIDIA Dynamo's frontend, dynamo_frontend_*); picks its profile (metric names per release, buckets)."
     )
     engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
         None,

@@ -330,7 +330,8 @@ class Fleet:
         self.duplicate_monitor = bool(data.pop("duplicate_monitor", False))
         gateway = data.pop("gateway", None)
         gw_spec = (spec or {}).get("gateway") or {}
-        self.gateway = None if gateway is None and not gw_spec else GatewayModel(gateway or {}, gw_spec, self.namespace, self.job)
+        kind = DynamoModel if gw_spec.get("engine") == "dynamo" else GatewayModel
+        self.gateway = None if gateway is None and not gw_spec else kind(gateway or {}, gw_spec, self.namespace, self.job)
         gpus = data.pop("gpus", None)
         self.gpus = None if gpus is None else {**DEFAULT_GPUS, **gpus}
         if self.gpus is not None and set(self.gpus) - set(DEFAULT_GPUS):
@@ -351,6 +352,10 @@ class Fleet:
                         name, i, instance, pod, {k: str(v) for k, v in (pool.get("labels") or {}).items()}, traffic, release
                     )
                 )
+        if isinstance(self.gateway, DynamoModel):  # Dynamo workers: the engine's series with Dynamo's labels
+            for n, r in enumerate(self.replicas):
+                extra = {**DATA["dynamo"]["worker_labels"], "worker_id": f"{0x694d9a2b0c1e + n:x}", "model": self.model}
+                r.labels.update({k: v for k, v in extra.items() if k not in r.labels})
         for e in events:
             self._add_event(e)
 
@@ -405,7 +410,8 @@ class Fleet:
         for o in self.others:
             out.extend(self._other(o))
         if self.gateway is not None:
-            out.extend(GatewaySeries(self, self.gateway).build())
+            kind = DynamoSeries if isinstance(self.gateway, DynamoModel) else GatewaySeries
+            out.extend(kind(self, self.gateway).build())
         return [{"series": s.text(), "values": encode(s.values)} for s in out]
 
     @staticmethod
@@ -525,6 +531,8 @@ class ReplicaSeries:
         self.engine: list[Labels] = [
             (*self.model, ("engine", str(e))) if fleet.engine_label else self.model for e in range(fleet.engines)
         ]
+        if "worker_id" in r.labels:  # a Dynamo worker labels each data-parallel rank's series with dp_rank too
+            self.engine = [(*labels, ("dp_rank", str(e))) for e, labels in enumerate(self.engine)]
         self.names = {
             kind: {key: [e["name"] for e in DATA[kind][key] if in_range(e, v)] for key in DATA[kind]}
             for kind in ("counters", "gauges")
@@ -1088,3 +1096,95 @@ class GatewaySeries:
             self._s(gen["pool_kv"], pool, False).values.append(round(sum(kv) / len(kv), 6) if kv else 0.0)
             self._s(gen["pool_queue"], pool, False).values.append(round(sum(waiting) / len(waiting), 6) if waiting else 0.0)
             self._s(gen["pool_ready"], pool, False).values.append(float(len(kv)))
+
+
+# --- NVIDIA Dynamo's frontend in front of the workers --------------------------------------------
+
+DYNAMO_DEFAULTS: dict[str, Any] = {
+    "state": "serving",  # serving | down (the frontend's target fails its scrape)
+    "overhead": 0.005,  # seconds the frontend adds to TTFT and duration (tokenizing, routing, hop)
+    "errors": 0.0,  # share of requests failed with error_type="overload" (also model_rejection_total)
+    "internal": 0.0,  # share of requests failed with error_type="internal"
+    "cancelled": 0.0,  # share of requests the client cancels (error_type="cancelled", model_cancellation_total)
+    "invalid": 0.0,  # share of requests rejected as invalid (error_type="validation")
+    "streaming": 0.8,  # share of request_type="stream"
+}
+
+
+class DynamoModel(GatewayModel):
+    """The fleet's `gateway:` mapping for a Dynamo frontend: release, target labels, traffic, events."""
+
+    def __init__(self, data: dict, spec: dict, namespace: str, pool: str) -> None:
+        data = copy.deepcopy(data)
+        selector = dict(spec.get("selector") or {})
+        self.version = version(data.pop("version", spec.get("engine_version", "1.6.1")))
+        self.emits = []
+        self.job = data.pop("job", selector.get("job", "dynamo-frontend"))
+        self.namespace = data.pop("namespace", selector.get("namespace", namespace))
+        self.pool = pool
+        self.traffic = {**DYNAMO_DEFAULTS, **(data.pop("traffic", {}) or {})}
+        self.events = []
+        for e in data.pop("events", []) or []:
+            unknown = set(e.get("set", {})) - set(DYNAMO_DEFAULTS)
+            if unknown:
+                raise ValueError(f"unknown dynamo frontend traffic fields {sorted(unknown)}")
+            self.events.append((seconds(e.get("from", 0)), seconds(e["to"]) if "to" in e else 10**9, e.get("set", {})))
+        if data:
+            raise ValueError(f"unknown dynamo frontend fields: {', '.join(sorted(data))}")
+
+
+class DynamoSeries(GatewaySeries):
+    """The Dynamo frontend's series (one target, label `model`) from what the workers behind it
+    serve: every request a serving worker finishes passed the frontend, with its overhead added."""
+
+    def __init__(self, fleet: Fleet, gw: DynamoModel) -> None:
+        self.f, self.gw = fleet, gw
+        self.series = {}
+        self.base = (("job", gw.job), ("namespace", gw.namespace), ("instance", "10.0.8.11:8000"))
+        d = DATA["dynamo"]
+        self.names = d["frontend"]
+        self.model_labels: Labels = (*self.base, ("model", fleet.model))
+        self.bounds = {k: tuple((*(float(b) for b in d[f"{k}_buckets"]), math.inf)) for k in ("ttft", "itl", "duration")}
+
+    def _step(self, t: int, p: dict, first: bool) -> None:
+        f, n = self.f, self.names
+        dt = 0 if first else STEP
+        ttft_parts: list[tuple[float, Dist]] = []
+        itl_parts: list[tuple[float, Dist]] = []
+        e2e_parts: list[tuple[float, Dist]] = []
+        tokens = running = waiting = 0.0
+        for r in f.replicas:
+            rp = r.at(t)
+            if rp["state"] != "serving":
+                continue
+            k = rp["rate"] * dt
+            ttft = Dist.of(rp["ttft"])
+            out_d = Dist.of(rp["output_tokens"])
+            accept = list((rp["spec_decode"] or {}).get("accept", []))
+            tpot = Dist.of(rp["tpot"]) if rp["tpot"] is not None else Dist.of(rp["itl"]).scaled(1 / (1.0 + sum(accept)))
+            e2e = out_d.shifted(-1).scaled(tpot.mean()).shifted(ttft.mean()) if rp["e2e"] == "auto" else Dist.of(rp["e2e"])
+            ttft_parts.append((k, ttft.shifted(p["overhead"])))
+            e2e_parts.append((k, e2e.shifted(p["overhead"])))
+            itl_parts.append((k * max(out_d.mean() - 1, 0), Dist.of(rp["itl"])))
+            tokens += k * out_d.mean()
+            running += float(rp["running"])
+            waiting += float(rp["waiting"])
+        total = sum(k for k, _ in ttft_parts)
+        m = self.model_labels
+        shares = {"overload": p["errors"], "internal": p["internal"], "cancelled": p["cancelled"], "validation": p["invalid"]}
+        ok = max(1.0 - sum(float(v) for v in shares.values()), 0.0)
+        stream = float(p["streaming"])
+        ep = ("endpoint", n["endpoint"])
+        for rtype, share in (("stream", stream), ("unary", 1 - stream)):
+            base = (*m, ep, ("request_type", rtype))
+            self._add(n["requests"], (*base, ("status", "success"), ("error_type", "")), total * share * ok)
+            for kind, part in shares.items():
+                self._add(n["requests"], (*base, ("status", "error"), ("error_type", kind)), total * share * float(part))
+            self._add(n["cancellations"], base, total * share * float(p["cancelled"]))
+        self._add(n["rejections"], (*m, ep), total * float(p["errors"]))
+        self._add(n["output_tokens"], m, tokens)
+        self._hist(n["ttft"], m, self.bounds["ttft"], ttft_parts)
+        self._hist(n["itl"], m, self.bounds["itl"], itl_parts)
+        self._hist(n["duration"], m, self.bounds["duration"], e2e_parts)
+        self._s(n["active"], m, False).values.append(running + waiting)
+        self._s(n["queued"], m, False).values.append(waiting)

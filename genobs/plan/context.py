@@ -91,8 +91,16 @@ class Context:
         already selected the spec's models (matching on the grouping labels drops the rest)."""
         out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector]
         if self.models and not process and models:
-            out.append(("model_name", "=~", q.any_of(self.models)))
+            out.append((self.catalog.model_label, "=~", q.any_of(self.models)))
         return tuple(out)
+
+    def _as_model_name(self, vector: str) -> str:
+        """`vector` with the profile's model label copied to model_name, the label every recorded
+        series, alert and inhibition rule uses (Dynamo's frontend writes `model`)."""
+        wire = self.catalog.model_label
+        if wire == "model_name":
+            return vector
+        return f'label_replace({vector}, "model_name", "$1", "{wire}", "(.*)")'
 
     def recorded_matchers(self, process: bool = False, models: bool = True) -> tuple[q.Matcher, ...]:
         """Matchers that pick this spec's series out of a recorded metric (`models`: as raw_matchers)."""
@@ -157,7 +165,7 @@ class Context:
         (service.other_engine_version) both names, this release's first: `or` keeps one series per
         target where a release exports both."""
         sels = self._selectors(key, suffix, extra, all_roles, models)
-        return sels[0] if len(sels) == 1 else f"({' or '.join(sels)})"
+        return self._as_model_name(sels[0] if len(sels) == 1 else f"({' or '.join(sels)})")
 
     def up(self) -> str:
         """The scrape-health series of the targets behind the selector."""
@@ -168,7 +176,7 @@ class Context:
     ) -> str:
         """rate() of the raw series; around a rename, of each name, one series per target (`or`)."""
         rates = [q.rate(sel, window or self.window) for sel in self._selectors(key, suffix, extra, False, models)]
-        return rates[0] if len(rates) == 1 else f"({' or '.join(rates)})"
+        return self._as_model_name(rates[0] if len(rates) == 1 else f"({' or '.join(rates)})")
 
     def sum_rate(
         self, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = (), labels: tuple[str, ...] = ()

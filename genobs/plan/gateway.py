@@ -19,7 +19,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem
 from genobs.plan import liveness
-from genobs.plan.alerts import Resolved, format_threshold, labels_template
+from genobs.plan.alerts import Resolved, format_threshold, labels_template, signal_data
 from genobs.plan.context import Context
 from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, RuleGroup, RunbookEntry, Severity, Target
 from genobs.plan.recorder import Recorder
@@ -143,9 +143,21 @@ def _record(gctx: Context) -> Recorder:
     r.rules = [rule for rule in r.rules if rule.record not in means]
     r.names = {k: v for k, v in r.names.items() if v not in means}
     r.add("running", "gateway_requests_running", "sum", q.sum_by(g, gctx.raw("requests_running")))
-    pool = tuple(label for label in g if label != "model_name") + ("name",)
-    r.add("pool_ready", "gateway_pool_ready_endpoints", "max", q.max_by(pool, gctx.raw("pool_ready_endpoints", models=False)))
+    if gctx.has("pool_ready_endpoints"):
+        pool = tuple(label for label in g if label != "model_name") + ("name",)
+        ready = gctx.raw("pool_ready_endpoints", models=False)
+        r.add("pool_ready", "gateway_pool_ready_endpoints", "max", q.max_by(pool, ready))
     return r
+
+
+def _model_labels(gctx: Context) -> tuple[str, ...]:
+    """The requested model, and the served model where the gateway writes both (the EPP's target_model_name)."""
+    return ("model_name", *(label for label in ("target_model_name",) if label in gctx.catalog.rank_labels_summed))
+
+
+def _words(gctx: Context) -> dict[str, str]:
+    """The gateway profile's words for the placeholders of genobs/data/gateway.yaml."""
+    return dict(gctx.catalog.words)
 
 
 def _resolved_levels(resolved_all: list[Resolved], name: str) -> Resolved | None:
@@ -164,7 +176,7 @@ def _alerts(gctx: Context, r: Recorder, resolved_all: list[Resolved], base_url: 
         for severity, threshold in pod.levels:
             text = format_threshold(pod.kind, threshold) + pod.unit
             value = f"{{{{ $value | {_HUMANIZE[pod.kind]} }}}}"
-            description = " ".join(a["description"].split()).format(value=value, threshold=text)
+            description = " ".join(a["description"].split()).format(value=value, threshold=text, **_words(gctx))
             caveat = gctx.catalog.caveat(a["signal"])
             if caveat is not None:
                 description += f" Approximation on {gctx.release}: {caveat}."
@@ -199,7 +211,7 @@ def _confirm(gctx: Context, ctx: Context, name: str) -> tuple[tuple[str, str], .
     a = gateway_data()["alerts"][name]
     key = a.get("histogram")
     per_pod = liveness.replica_labels(ctx)
-    models = ("model_name", "target_model_name")
+    models = _model_labels(gctx)
     out: list[tuple[str, str]] = []
     if key is not None:
         at_gw = q.quantile(0.99, models, gctx.rate(key, "_bucket"))
@@ -207,15 +219,17 @@ def _confirm(gctx: Context, ctx: Context, name: str) -> tuple[tuple[str, str], .
         if ctx.has(key):
             out.append((f"pods' {key} p99 per instance", q.quantile(0.99, per_pod, ctx.rate(key, "_bucket"))))
     else:
-        errors = q.sum_by(("model_name", "error_code"), gctx.rate("gateway_errors"))
-        out.append(("gateway errors per second by model and error_code", errors))
+        kinds = gctx.catalog.metric("gateway_errors").labels
+        errors = q.sum_by(("model_name", *kinds), gctx.rate("gateway_errors"))
+        out.append((f"gateway errors per second by model and {', '.join(kinds)}", errors))
         if ctx.has("request_success"):
             reasons = q.sum_by((*per_pod, "finished_reason"), ctx.rate("request_success"))
             out.append(("pods' finished requests per second by instance and finish reason", reasons))
     out.append(("pods' waiting requests per instance", q.sum_by(per_pod, ctx.raw("requests_waiting"))))
     out.append(("pods' KV cache usage per instance (max over ranks)", q.max_by(per_pod, ctx.raw("kv_cache_usage"))))
-    pool = q.selector(gctx.metric("pool_ready_endpoints"), gctx.raw_matchers(models=False))
-    out.append(("gateway ready endpoints per InferencePool", pool))
+    if gctx.has("pool_ready_endpoints"):
+        pool = q.selector(gctx.metric("pool_ready_endpoints"), gctx.raw_matchers(models=False))
+        out.append(("gateway ready endpoints per InferencePool", pool))
     return tuple(out)
 
 
@@ -229,7 +243,8 @@ def _runbook(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[Runb
             entries[a.name] = replace(e, severities=(*e.severities, sev), protects=e.protects or a.protects)
             continue
         d = data[a.name]
-        meaning = " ".join(d["meaning"].split())
+        words = _words(gctx)
+        meaning = " ".join(d["meaning"].split()).format(**words)
         caveat = gctx.catalog.caveat(a.signal)
         if caveat is not None:
             meaning += f" Approximation on {gctx.release}: {caveat}."
@@ -239,8 +254,12 @@ def _runbook(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[Runb
             signal=a.signal,
             title=d["title"],
             meaning=meaning,
-            first_action=" ".join(d["first_action"].split()),
-            next_checks=tuple(d["next_checks"]),
+            first_action=" ".join(d["first_action"].split()).format(**words),
+            next_checks=tuple(
+                check.format(**words)
+                for check in d["next_checks"]
+                if "ready endpoints" not in check or gctx.has("pool_ready_endpoints")
+            ),
             severities=(sev,),
             summary=a.summary,
             query=a.query,
@@ -377,6 +396,8 @@ def _row(gctx: Context, r: Recorder, pod_names: dict[str, str], ctx: Context) ->
             ),
         )
     )
+    if "pool_ready" not in r.names:
+        return Row(f"Gateway ({gctx.release})", tuple(panels))
     panels.append(
         Panel(
             "Gateway ready endpoints",
@@ -418,7 +439,19 @@ def capability_lines(gctx: Context, ctx: Context) -> list[str]:
                 f"{a['title']} ({a['signal']}) is not observable on {gctx.release}: {why}; "
                 f"{a['takes_over']} keeps paging from the pods ({ctx.release})"
             )
+    # the profile's other blind spots (the Dynamo frontend's TPOT, queue time, finish reasons...):
+    # the pods' own series back those signals
+    said = {a.get("histogram") for a in gateway_data()["alerts"].values()}
+    titles = signal_data()["signals"]
+    for signal, why in gctx.catalog.not_observable:
+        if signal in said or gctx.has(signal):
+            continue
+        title = titles[signal]["title"] if signal in titles else _TITLES.get(signal, signal)
+        out.append(f"{title} ({signal}) is not observable on {gctx.release}: {why}; read on the pods ({ctx.release})")
     return out
+
+
+_TITLES = {"tpot": "Time per output token", "itl": "Inter-token latency"}
 
 
 # SLIs a gateway can serve, where its release has the histogram (success: its error counter)

@@ -67,7 +67,7 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
     type=click.Choice((*ENGINES, *GATEWAYS)),
     default="vllm",
     show_default=True,
-    help="Serving engine (or gateway: llm-d-epp) to mimic: names, labels and buckets come from its profile.",
+    help="Serving engine (or gateway: llm-d-epp, dynamo) to mimic: names, labels and buckets come from its profile.",
 )
 @click.option(
     "--version",
@@ -136,10 +136,16 @@ def simulate(
     exporter_down closes the whole HTTP server, so run it in a simulator process of its own.
     """
     try:
-        if engine in GATEWAYS:
+        if engine == "dynamo":
+            from .dynamo import DynamoFrontendSimulator
+
+            sim = DynamoFrontendSimulator(vllm_version, models or None, fault_after=fault_after, request_rate=request_rate)
+        elif engine in GATEWAYS:
             from .gateway import GatewaySimulator
 
-            sim = GatewaySimulator(vllm_version, models or None, fault_after=fault_after, request_rate=request_rate)
+            sim = GatewaySimulator(
+                vllm_version, models or None, fault_after=fault_after, request_rate=request_rate, engine=engine
+            )
         else:
             sim = Simulator(
                 vllm_version,
