@@ -31,7 +31,7 @@ examples: setup
 
 test: setup promtool grafana-schema
 	$(BIN)/ruff check genobs tests bench
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=25 -n 3 --dist loadfile
 
 golden: setup
 	$(BIN)/genobs build --no-check specs/
