@@ -313,6 +313,46 @@ class Prometheus:
         return self.api(f"label/{label}/values", {"match[]": match} if match else None)
 
 
+def rule_files_of(out: Output) -> dict[str, bytes]:
+    """The Prometheus rule files of a build, by file name, as `Prometheus` loads them."""
+    return {
+        name.removeprefix("prometheus/"): data
+        for name, data in out.files.items()
+        if name.startswith("prometheus/") and name.endswith(".rules.yaml")
+    }
+
+
+@contextlib.contextmanager
+def scraping_every_second(tmp: Path, job: dict, rule_files: dict[str, bytes]) -> Iterator[Prometheus]:
+    """A Prometheus scraping `job` and evaluating `rule_files` every second, started and
+    stopped here; yields it once its first scrape is in."""
+    job = {**job, "scrape_interval": "1s", "scrape_timeout": "1s"}
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": [job]}
+    prom = Prometheus(tmp, config, rule_files)
+    with stopping([], prom):
+        prom.start()
+        poll(lambda: prom.query("up == 1"), prom.started + 30, 0.5, "a first scrape")
+        yield prom
+
+
+def assert_rules_healthy(prom: Prometheus) -> None:
+    """Every rule of every group has been evaluated, without an error."""
+
+    def evaluated():
+        groups = prom.rules()
+        rules = [r for g in groups for r in g["rules"]]
+        return groups if rules and all(r["health"] != "unknown" for r in rules) else None
+
+    groups = poll(evaluated, prom.started + 30, 0.5, "every rule evaluated")
+    bad = [
+        f"{g['name']}: {r.get('name')} {r['health']} {r.get('lastError')!r}"
+        for g in groups
+        for r in g["rules"]
+        if r["health"] != "ok" or r.get("lastError")
+    ]
+    assert not bad, "\n".join(bad)
+
+
 def prometheus_config(job: str, targets: list[Target], relabel: list[dict] | None) -> dict:
     """Global 1s scrape/evaluation; one job named after the spec selector's job, selector labels on each target."""
     scrape: dict = {

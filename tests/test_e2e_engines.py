@@ -19,7 +19,14 @@ from click.testing import CliRunner
 
 from genobs.cli import main
 from tests.conftest import REPO
-from tests.e2e_support import PROMETHEUS, Prometheus, poll, render_variant, stopping
+from tests.e2e_support import (
+    PROMETHEUS,
+    assert_rules_healthy,
+    poll,
+    render_variant,
+    rule_files_of,
+    scraping_every_second,
+)
 
 pytestmark = pytest.mark.slow  # real servers on loopback
 
@@ -83,11 +90,7 @@ def run(request, tmp_path_factory):
     spec_path = REPO / "specs" / f"{engine}.yaml"
     tmp = tmp_path_factory.mktemp(f"e2e-{engine}")
     out, spec = render_variant(spec_path, tmp, models=[])
-    rule_files = {
-        name.removeprefix("prometheus/"): data
-        for name, data in out.files.items()
-        if name.startswith("prometheus/") and name.endswith(".rules.yaml")
-    }
+    rule_files = rule_files_of(out)
     models = [f"--model={HEALTHY}=healthy", *(f"--model=m-{s}={s}" for s in FAULTS[engine])]
     sim = Simulate("--engine", engine, "--request-rate", "20", "--fault-after", "5", *models)
     try:
@@ -96,12 +99,7 @@ def run(request, tmp_path_factory):
         printed = CliRunner().invoke(main, args)
         assert printed.exit_code == 0, printed.output
         job = yaml.safe_load(printed.output)["scrape_configs"][0]
-        job["scrape_timeout"] = "1s"
-        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": [job]}
-        prom = Prometheus(tmp, config, rule_files)
-        with stopping([], prom):
-            prom.start()
-            poll(lambda: prom.query("up == 1"), prom.started + 30, 0.5, "a first scrape")
+        with scraping_every_second(tmp, job, rule_files) as prom:
             yield engine, prom, sim
     finally:
         sim.stop()
@@ -120,20 +118,7 @@ def test_simulated_engine_serves_its_own_names(run) -> None:
 
 def test_rules_evaluate_cleanly(run) -> None:
     _, prom, _ = run
-
-    def evaluated():
-        groups = prom.rules()
-        rules = [r for g in groups for r in g["rules"]]
-        return groups if rules and all(r["health"] != "unknown" for r in rules) else None
-
-    groups = poll(evaluated, prom.started + 30, 0.5, "every rule evaluated")
-    bad = [
-        f"{g['name']}: {r.get('name')} {r['health']} {r.get('lastError')!r}"
-        for g in groups
-        for r in g["rules"]
-        if r["health"] != "ok" or r.get("lastError")
-    ]
-    assert not bad, "\n".join(bad)
+    assert_rules_healthy(prom)
 
 
 def test_each_fault_raises_its_alert(run) -> None:

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.e2e_support import PROMETHEUS, Prometheus, poll, render_variant, stopping
+from tests.e2e_support import (
+    PROMETHEUS,
+    assert_rules_healthy,
+    poll,
+    render_variant,
+    rule_files_of,
+    scraping_every_second,
+)
 from tests.test_e2e_engines import Simulate
 
 pytestmark = pytest.mark.slow  # real servers on loopback
@@ -33,25 +40,15 @@ def run(tmp_path_factory):
         pytest.fail("the prometheus server is required: install Debian's 'prometheus' package (make test does)")
     tmp = tmp_path_factory.mktemp("e2e-gateway")
     out, spec = render_variant(SPEC, tmp, models=[])
-    rule_files = {
-        name.removeprefix("prometheus/"): data
-        for name, data in out.files.items()
-        if name.startswith("prometheus/") and name.endswith(".rules.yaml")
-    }
+    rule_files = rule_files_of(out)
     models = [f"--model={HEALTHY}=healthy", *(f"--model=m-{s}={s}" for s in FAULTS)]
     sim = Simulate("--engine", "llm-d-epp", "--request-rate", "20", "--fault-after", "5", *models)
     try:
         job = {
             "job_name": spec["gateway"]["selector"]["job"],
-            "scrape_interval": "1s",
-            "scrape_timeout": "1s",
             "static_configs": [{"targets": [sim.instance], "labels": {"namespace": spec["gateway"]["selector"]["namespace"]}}],
         }
-        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": [job]}
-        prom = Prometheus(tmp, config, rule_files)
-        with stopping([], prom):
-            prom.start()
-            poll(lambda: prom.query("up == 1"), prom.started + 30, 0.5, "a first scrape")
+        with scraping_every_second(tmp, job, rule_files) as prom:
             yield prom, sim
     finally:
         sim.stop()
@@ -67,20 +64,7 @@ def test_simulated_gateway_serves_its_names_and_their_deprecated_twins(run) -> N
 
 def test_rules_evaluate_cleanly(run) -> None:
     prom, _ = run
-
-    def evaluated():
-        groups = prom.rules()
-        rules = [r for g in groups for r in g["rules"]]
-        return groups if rules and all(r["health"] != "unknown" for r in rules) else None
-
-    groups = poll(evaluated, prom.started + 30, 0.5, "every rule evaluated")
-    bad = [
-        f"{g['name']}: {r.get('name')} {r['health']} {r.get('lastError')!r}"
-        for g in groups
-        for r in g["rules"]
-        if r["health"] != "ok" or r.get("lastError")
-    ]
-    assert not bad, "\n".join(bad)
+    assert_rules_healthy(prom)
 
 
 def test_dual_emission_is_read_once(run) -> None:
