@@ -335,6 +335,29 @@ def scraping_every_second(tmp: Path, job: dict, rule_files: dict[str, bytes]) ->
         yield prom
 
 
+def alert_raised(prom: Prometheus, model: str, label: str, value: str, deadline: float) -> list[dict] | None:
+    """Poll until an alert with `label`=`value` is pending or firing for `model_name`=`model`;
+    None (not an exception) when the deadline passes, so the caller can say what it saw."""
+
+    def raised():
+        active = [
+            a
+            for a in prom.alerts()
+            if a["labels"].get("model_name") == model and a["state"] in ("pending", "firing")
+        ]
+        return active if any(a["labels"].get(label) == value for a in active) else None
+
+    try:
+        return poll(raised, deadline, 1.0, f"{label}={value} alert for {model}")
+    except TimeoutError:
+        return None
+
+
+def active_alerts(prom: Prometheus) -> list[tuple[str, str | None, str]]:
+    """(alertname, model_name, state) of every active alert, for a failure message."""
+    return [(a["labels"]["alertname"], a["labels"].get("model_name"), a["state"]) for a in prom.alerts()]
+
+
 def assert_rules_healthy(prom: Prometheus) -> None:
     """Every rule of every group has been evaluated, without an error."""
 

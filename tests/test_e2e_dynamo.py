@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import REPO
 from tests.e2e_support import (
     PROMETHEUS,
+    active_alerts,
+    alert_raised,
     assert_rules_healthy,
     poll,
     render_variant,
@@ -29,7 +31,6 @@ SPEC = REPO / "specs" / "dynamo.yaml"
 QUIET = ("m-healthy", "m-abort_surge")  # abort_surge: 30 % error_type="cancelled", not a failure
 # fault scenario of `genobs simulate --engine dynamo` -> the frontend alert it must raise
 FAULTS = {"ttft_degradation": "GatewayTtftP99High", "success_drop": "GatewaySuccessRatioLow"}
-ACTIVE = ("pending", "firing")
 DEADLINE = 150.0
 WARMUP = 75.0
 
@@ -84,15 +85,8 @@ def test_fault_raises_its_frontend_alert(run, scenario: str) -> None:
     prom, _ = run
     model, alert = f"m-{scenario}", FAULTS[scenario]
 
-    def raised():
-        active = [a for a in prom.alerts() if a["labels"].get("model_name") == model and a["state"] in ACTIVE]
-        return active if any(a["labels"]["alertname"] == alert for a in active) else None
-
-    try:
-        poll(raised, prom.started + DEADLINE, 1.0, f"{scenario} alert")
-    except TimeoutError:
-        seen = [(a["labels"]["alertname"], a["labels"].get("model_name"), a["state"]) for a in prom.alerts()]
-        pytest.fail(f"{scenario}: no {alert} for {model}; active: {seen}")
+    if alert_raised(prom, model, "alertname", alert, prom.started + DEADLINE) is None:
+        pytest.fail(f"{scenario}: no {alert} for {model}; active: {active_alerts(prom)}")
 
 
 def test_quiet_models_stay_silent(run) -> None:

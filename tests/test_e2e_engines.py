@@ -21,8 +21,9 @@ from genobs.cli import main
 from tests.conftest import REPO
 from tests.e2e_support import (
     PROMETHEUS,
+    active_alerts,
+    alert_raised,
     assert_rules_healthy,
-    poll,
     render_variant,
     rule_files_of,
     scraping_every_second,
@@ -47,7 +48,6 @@ FAULTS = {
     },
 }
 BANNER = {"sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.2.1"}
-ACTIVE = ("pending", "firing")
 DEADLINE = 150.0
 WARMUP = 75.0
 
@@ -128,16 +128,9 @@ def test_each_fault_raises_its_alert(run) -> None:
     for scenario, signal in sorted(FAULTS[engine].items()):
         model = f"m-{scenario}"
 
-        def raised(model: str = model, signal: str = signal):
-            active = [a for a in prom.alerts() if a["labels"].get("model_name") == model and a["state"] in ACTIVE]
-            return active if any(a["labels"].get("signal") == signal for a in active) else None
-
-        try:
-            poll(raised, prom.started + DEADLINE, 1.0, f"{scenario} alert")
-        except TimeoutError:
+        if alert_raised(prom, model, "signal", signal, prom.started + DEADLINE) is None:
             missing.append(f"{scenario}: no {signal} alert for {model}")
-    seen = [(a["labels"]["alertname"], a["labels"].get("model_name"), a["state"]) for a in prom.alerts()]
-    assert not missing, f"{missing}; active: {seen}"
+    assert not missing, f"{missing}; active: {active_alerts(prom)}"
 
 
 def test_healthy_model_stays_silent(run) -> None:
