@@ -72,7 +72,7 @@ def build_queries(env: Env, side: Side) -> list[Query]:
 
     def sel(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
         # the profile's own matchers: one counter read as two signals (SGLang's prefill tokens by mode)
-        return q.selector(env.metric(key, suffix), (*m, *env.catalog.metric(key).matchers, *extra))
+        return q.selector(env.metric(key, suffix), (*m, *env.catalog.metric(key).matchers_for(env.version), *extra))
 
     def sum_rate(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
         return f"sum({q.rate(sel(key, suffix, extra), w)})"

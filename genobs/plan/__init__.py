@@ -78,6 +78,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
                 )
             )
             return None
+    catalog = catalog.at(version)
     other = _other_version(doc, catalog, version, problems)
     if "job" not in spec.service.selector:
         problems.append(

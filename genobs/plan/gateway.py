@@ -56,6 +56,7 @@ def gateway_context(doc, ctx: Context, problems: list[Problem]) -> Context | Non
                 )
             )
             return None
+    catalog = catalog.at(version)
     if "job" not in gw.selector:
         problems.append(
             doc.problem(
