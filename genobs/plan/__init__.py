@@ -107,7 +107,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
             problems.append(
                 doc.problem(
                     ("features", feature),
-                    f"vLLM {format_version(version)} exports no {what}; {feature} needs a version where they exist ({ranges})",
+                    f"{catalog.release(version)} exports no {what}; {feature} needs a version where they exist ({ranges})",
                 )
             )
     roles = spec.service.roles
