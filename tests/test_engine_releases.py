@@ -97,6 +97,28 @@ def test_sglang_reads_only_names_its_release_defines(version: str, tmp_path: Pat
         assert not read - families, f"SGLang {release} defines no {sorted(read - families)}"
 
 
+def test_sglang_profile_types_match_each_release():
+    """A family the profile reads at a release has the profile's type in that release's wheel (a
+    histogram's _sum read as a counter is the histogram's)."""
+    catalog = load_catalog("sglang")
+    typed = {}
+    for line in (FIXTURES / "sglang_release_names.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            fields = line.split()
+            typed[fields[0]] = {f.split(":", 1)[1]: f.split(":", 1)[0] for f in fields[4:]}
+    checked = 0
+    for release, types in typed.items():
+        v = parse_version(release)
+        for key, metric in catalog.metrics.items():
+            name = metric.name_for(v)
+            if name is None:
+                continue
+            want = "histogram" if family(name) != name else metric.type
+            assert types.get(family(name)) == want, f"{key}: {family(name)} in SGLang {release}"
+            checked += 1
+    assert checked > 500
+
+
 @pytest.mark.parametrize("version", ["0.4.10", "0.5.23"])
 def test_sglang_range_ends_build_and_pass_promtool(version: str, tmp_path: Path, promtool: str):
     result, out = _build(tmp_path, sglang_spec(version), check=True)
