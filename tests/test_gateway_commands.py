@@ -259,6 +259,57 @@ def test_compare_reads_user_facing_kpis_at_the_gateway(live) -> None:
     assert ttft.split()[-1] == "gateway", ttft
 
 
+
+@pytest.fixture(scope="module")
+def live_dynamo(tmp_path_factory):
+    """The same with Dynamo's simulated frontend (label `model`) in front of vLLM workers."""
+    if not Path(PROMETHEUS).exists():
+        pytest.fail("the prometheus server is required: install Debian's 'prometheus' package (make test does)")
+    tmp = tmp_path_factory.mktemp("dynamo-commands")
+    data = yaml.safe_load(DYNAMO.read_text())
+    data["service"]["models"] = []
+    spec = tmp / "dynamo.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    models = {"m-old": "healthy", "m-new": "ttft_degradation"}
+    workers = Simulator(models=models, request_rate=20.0, seed=4)
+    frontend = Simulate("--engine", "dynamo", "--request-rate", "20", *(f"--model={m}={s}" for m, s in models.items()))
+    prom = None
+    with stopping([workers]):
+        try:
+            workers.start(port=0)
+            args = ["--target", f"127.0.0.1:{workers.port}", "--gateway-target", frontend.instance, "--interval", "1s"]
+            config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": printed_jobs(*args, spec)}
+            prom = Prometheus(tmp, config, {})
+            prom.start()
+            poll(lambda: len(prom.query("up == 1")) == 2 or None, prom.started + 30, 0.5, "both jobs up")
+            poll(lambda: prom.query("dynamo_frontend_time_to_first_token_seconds_bucket"), prom.started + 30, 0.5, "frontend TTFT")
+            yield {"prom": prom, "spec": spec}
+        finally:
+            if prom is not None:
+                prom.stop()
+            frontend.stop()
+
+
+@pytest.mark.slow
+def test_doctor_and_compare_follow_the_dynamo_frontend(live_dynamo) -> None:
+    prom, spec = live_dynamo["prom"], live_dynamo["spec"]
+    code, out = _doctor(prom, spec, 0)
+    assert code == 0, out
+    assert "gateway: Dynamo frontend 1.6.0 under {namespace=\"dynamo-prod\",job=\"dynamo-frontend\"}" in out
+    assert "name generation live: 1.6.0 on (dynamo_frontend_requests_total …)" in out
+    assert "its rules read 4 raw metrics under the gateway's selector\n  all 4 are present" in out
+    time.sleep(max(0.0, prom.started + 25 - time.monotonic()))
+    result = invoke(
+        "compare", spec, "--prometheus", prom.url, "--baseline", "model_name=m-old", "--candidate", "model_name=m-new",
+        "--window", "20s", "--format", "json",
+    )
+    kpi = {k["key"]: k for k in json.loads(result.stdout)["kpis"]}
+    # the frontend names the model `model`: the sides' model_name is read as it
+    assert 'model="m-new"' in kpi["ttft_p99"]["expr"]["candidate"] and kpi["ttft_p99"]["layer"] == "gateway"
+    assert kpi["ttft_p99"]["verdict"] == "REGRESSION", kpi["ttft_p99"]
+    assert kpi["gateway_success"]["baseline"] > 0.99, kpi["gateway_success"]
+    assert 'status="error"' in kpi["gateway_success"]["expr"]["candidate"]
+
 # --- init --------------------------------------------------------------------------------------
 
 
