@@ -341,3 +341,13 @@ def test_init_gateway_options_are_checked() -> None:
     assert result.exit_code == 2 and "error: --gateway-job: is service.selector itself" in result.stderr
     result = invoke("init", "--use-case", "chat", "--model", "m1", "--gateway-job", "epp")
     assert result.exit_code == 2 and "--gateway-job needs --gateway" in result.stderr
+
+
+@pytest.mark.slow
+def test_doctor_speaks_of_the_specs_engine(live) -> None:
+    # a Prometheus with vLLM pods only, asked about an SGLang spec: nothing in the report says vLLM
+    code, out = _doctor(live["plain"], REPO / "specs" / "sglang.yaml", 1)
+    assert code == 1, out
+    assert "SGLang series under" in out and "spec sglang: SGLang 0.5.23" in out
+    assert "no target under the selector" in out or "no SGLang series under the selector" in out
+    assert "vLLM" not in out, out
