@@ -131,6 +131,8 @@ class Catalog:
     static_labels: tuple[tuple[str, str], ...] = ()
     abort_reason: str = "abort"  # the finish reason of a request the client gave up on
     metrics_path: str = "/metrics"  # where the engine serves Prometheus text
+    metrics_port: int | None = None  # its default metrics port, where the profile knows it (llm-d EPP: 9090)
+    metrics_auth: str = ""  # "bearer": /metrics answers only an authorized bearer token by default
     # labels that tell one replica's schedulers apart on the series that carry them, where no rank
     # label is shared by every series (SGLang: dp_rank on scheduler gauges, none on tokenizer counters)
     scheduler_labels: tuple[str, ...] = ()
@@ -268,6 +270,8 @@ def _build(raw: dict) -> Catalog:
         static_labels=tuple((k, str(v)) for k, v in raw.get("static_labels", {}).items()),
         abort_reason=raw.get("abort_reason", "abort"),
         metrics_path=raw.get("metrics_path", "/metrics"),
+        metrics_port=raw.get("metrics_port"),
+        metrics_auth=str(raw.get("metrics_auth", "")),
         scheduler_labels=tuple(raw.get("scheduler_labels", ())),
         model_label=raw.get("model_label", "model_name"),
         words=tuple((str(k), " ".join(str(v).split()) if k != "ttft_scope" else str(v)) for k, v in raw.get("words", {}).items()),

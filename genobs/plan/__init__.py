@@ -475,6 +475,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         + tuple(_unreachable(ctx, alerts))
         + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
+        gateway=None if gw is None else gateway.layer(gw, raw),
         capabilities=tuple(capability_lines(ctx, spec.use_case))
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ()),
         engine_release=ctx.release,
