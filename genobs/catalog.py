@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from genobs import data as data_files
 
 Version = tuple[int, int, int]
+
+# units a histogram or counter of durations may be exported in -> how many make one second;
+# genobs records every such series in seconds
+TIME_UNITS = {"seconds": 1, "milliseconds": 1000, "microseconds": 1_000_000}
 
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev)\d*)?")
 
@@ -53,6 +57,8 @@ class MetricDef:
     capability: str = "exact"  # exact | approx: a related series with other semantics
     # genobs' label name -> the engine's (TensorRT-LLM: position -> token_position)
     label_aliases: tuple[tuple[str, str], ...] = ()
+    # the one role (prefill | decode) whose servers write it (SGLang's KV-transfer series)
+    observed_on: str | None = None
     # version -> wire name: a build asks tens of thousands of times for a few dozen names
     _names: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -79,11 +85,31 @@ class MetricDef:
             self._names[v] = found[-1] if found else None
             return self._names[v]
 
-    def buckets_for(self, v: Version) -> tuple[float, ...]:
+    @property
+    def per_second(self) -> int:
+        """Units of the wire value in one second: 1000 for a millisecond histogram, 1 for
+        seconds and for every unit that is not a duration (tokens, bytes)."""
+        return TIME_UNITS.get(self.unit, 1)
+
+    def wire_value(self, seconds: float) -> float:
+        """A duration in the histogram's own unit (0.5 s -> 500 on a millisecond histogram): what
+        its `le` labels and `_sum` hold."""
+        if self.per_second == 1:
+            return seconds
+        return float(f"{seconds * self.per_second:.12g}")  # 0.005 * 1000 is 5.000000000000001
+
+    def wire_buckets_for(self, v: Version) -> tuple[float, ...]:
+        """The bucket bounds as the engine writes them in `le`, in the histogram's own unit."""
         for since, until, le in self.buckets:
             if since <= v and (until is None or v < until):
                 return le
         return ()
+
+    def buckets_for(self, v: Version) -> tuple[float, ...]:
+        """The bucket bounds in seconds for a duration histogram (what thresholds compare with);
+        other histograms' bounds as they are."""
+        le = self.wire_buckets_for(v)
+        return le if self.per_second == 1 else tuple(b / self.per_second for b in le)
 
     def available_from(self) -> Version:
         return min(r.since for r in self.names)
@@ -129,6 +155,24 @@ class Catalog:
     model_label: str = "model_name"
     # a gateway's words in its alert and runbook texts (genobs/data/gateway.yaml placeholders)
     words: tuple[tuple[str, str], ...] = ()
+    # capability entries of some releases only: (kind, signal, since, until, why), kind
+    # not_observable | approximate; `at(version)` folds those of one release into the two lists
+    ranged: tuple[tuple[str, str, Version, Version | None, str], ...] = ()
+
+    def at(self, v: Version) -> Catalog:
+        """This profile with the capability entries of release `v` (what a plan reads)."""
+        if not self.ranged:
+            return self
+        found: dict[str, list[tuple[str, str]]] = {"not_observable": [], "approximate": []}
+        for kind, signal, since, until, why in self.ranged:
+            if since <= v and (until is None or v < until):
+                found[kind].append((signal, why))
+        return replace(
+            self,
+            not_observable=(*self.not_observable, *found["not_observable"]),
+            approximate=(*self.approximate, *found["approximate"]),
+            ranged=(),
+        )
 
     def release(self, v: Version) -> str:
         """'SGLang 0.5.23': the engine and release in messages."""
@@ -172,6 +216,21 @@ def _opt_version(text: object) -> Version | None:
     return None if text is None else parse_version(str(text))
 
 
+def _capabilities(raw: dict, kind: str) -> tuple[tuple[str, str], ...]:
+    """The entries of every release: a plain text (a mapping gives `why` with a version range)."""
+    return tuple((k, " ".join(str(v).split())) for k, v in raw.get(kind, {}).items() if not isinstance(v, dict))
+
+
+def _ranged_capabilities(raw: dict) -> tuple[tuple[str, str, Version, Version | None, str], ...]:
+    out = []
+    for kind in ("not_observable", "approximate"):
+        for signal, v in raw.get(kind, {}).items():
+            if isinstance(v, dict):
+                since = _opt_version(v.get("since")) or (0, 0, 0)
+                out.append((kind, signal, since, _opt_version(v.get("until")), " ".join(str(v["why"]).split())))
+    return tuple(out)
+
+
 def _build(raw: dict) -> Catalog:
     metrics = {}
     for key, m in raw["metrics"].items():
@@ -197,7 +256,10 @@ def _build(raw: dict) -> Catalog:
             matchers=tuple((str(a), str(b), str(c)) for a, b, c in m.get("matchers", [])),
             capability=str(m.get("capability", "exact")),
             label_aliases=tuple((str(k), str(v)) for k, v in m.get("label_aliases", {}).items()),
+            observed_on=m.get("observed_on"),
         )
+        if m["unit"] in TIME_UNITS and m["unit"] != "seconds" and m["type"] not in ("histogram", "counter"):
+            raise ValueError(f"{raw['engine']}.yaml metrics.{key}: unit {m['unit']} is for histograms and counters")
     sv = raw["supported_versions"]
     never = (10**6, 0, 0)  # an engine without the rank label, or without the feature
     rank_label = raw.get("rank_label", "engine")
@@ -218,8 +280,9 @@ def _build(raw: dict) -> Catalog:
         display_name=raw.get("display_name", raw["engine"]),
         rank_label=rank_label,
         rank_labels_summed=tuple(raw.get("rank_labels_summed", [rank_label] if rank_label else [])),
-        not_observable=tuple((k, " ".join(str(v).split())) for k, v in raw.get("not_observable", {}).items()),
-        approximate=tuple((k, " ".join(str(v).split())) for k, v in raw.get("approximate", {}).items()),
+        not_observable=_capabilities(raw, "not_observable"),
+        approximate=_capabilities(raw, "approximate"),
+        ranged=_ranged_capabilities(raw),
         bucket_flags=tuple(raw.get("bucket_flags", {}).items()),
         static_labels=tuple((k, str(v)) for k, v in raw.get("static_labels", {}).items()),
         abort_reason=raw.get("abort_reason", "abort"),

@@ -200,7 +200,8 @@ def observations(key: str) -> int:
 
 
 def bounds(ctx: Context, key: str, fleet: Fleet | None = None) -> tuple[float, ...]:
-    """Bucket upper bounds the engine exports for a histogram (default buckets plus any SLO thresholds)."""
+    """Bucket upper bounds the engine exports for a histogram (default buckets plus any SLO thresholds),
+    in seconds for a duration histogram whatever its unit (series_entry writes `le` in that unit)."""
     extra = dict(fleet.extra_bounds).get(key, ()) if fleet else ()
     dropped = dict(fleet.dropped_bounds).get(key, ()) if fleet else ()
     return _bounds(ctx.catalog.metric(key).buckets_for(ctx.version), extra, dropped)
@@ -336,11 +337,14 @@ def quantile_of(ctx: Context, fleet: Fleet, key: str, quantile: float, window: i
     """The recorded histogram_quantile of a histogram key, from the fleet's bucket counters."""
     key = canonical(ctx, key)
     bs = bounds(ctx, key, fleet)
+    metric = ctx.catalog.metric(key)
     pairs = []
     for i, upper in enumerate((*bs, math.inf)):
         cumulative = sum(n for j, n in fleet.dist(key) if j <= i)
-        pairs.append((upper, fleet_rate(cumulative, ranks, window, at)))
-    return bucket_quantile(quantile, pairs)
+        pairs.append((metric.wire_value(upper), fleet_rate(cumulative, ranks, window, at)))
+    # as the recording rule computes it: in the histogram's own unit, then in seconds
+    value = bucket_quantile(quantile, pairs)
+    return value if metric.per_second == 1 else value / metric.per_second
 
 
 # --- input series ---------------------------------------------------------------
@@ -500,10 +504,13 @@ def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> 
     if f"{base}_bucket" in needed:
         for i, upper in enumerate((*bs, math.inf)):
             cumulative = sum(c for j, c in dist if j <= i)
-            le = floatToGoString(upper)
+            le = floatToGoString(ctx.catalog.metric(key).wire_value(upper))
             for rank in ranks:
                 out.append(series_entry(f"{base}_bucket", engine_labels(rank, le=le), _counter(cumulative, n, minutes)))
+    metric = ctx.catalog.metric(key)
     sum_rate = hist_sum_rate(ctx, fleet, key) if total else Fraction(0)
+    if total and metric.per_second != 1:  # observed values in the histogram's own unit (milliseconds)
+        sum_rate = sum((Fraction(c) * Fraction(metric.wire_value(bs[min(j, len(bs) - 1)])) for j, c in dist), Fraction(0))
     for suffix, rate in (("_sum", sum_rate), ("_count", total)):
         if f"{base}{suffix}" in needed:
             for rank in ranks:
