@@ -94,7 +94,10 @@ def _latencies(r: Recorder) -> None:
 def _histogram(r: Recorder, name: str, key: str, subject: str, extra: tuple[q.Matcher, ...] = ()) -> None:
     """Bucket rate, p50/p90/p99 and mean of histogram `key` (restricted by `extra`), recorded as `name`."""
     ctx = r.ctx
-    r.add(f"{name}_buckets", subject, "bucket", q.sum_by((*ctx.group, "le"), ctx.rate(key, "_bucket", extra)))
+    metric = ctx.catalog.metric(key)
+    # the bucket rate keeps the histogram's `le` values: its name says their unit (milliseconds)
+    own = subject if metric.per_second == 1 else subject.removesuffix("_seconds") + f"_{metric.unit}"
+    r.add(f"{name}_buckets", own, "bucket", q.sum_by((*ctx.group, "le"), ctx.rate(key, "_bucket", extra)))
     buckets = r.ref(f"{name}_buckets")
     for quant in QUANTILES:
         r.rules.append(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 
@@ -380,6 +380,12 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
             labels["engine"] = rank
         return {**labels, **extra}
 
+    def role_labels(observed_on: str) -> Callable[..., dict[str, str]]:
+        """A series one role writes (the KV-transfer series of SGLang's prefill servers) comes
+        from that role's pods, not from the decode pool the fixture fleet otherwise is."""
+        role = {label: value for label, _, value in ctx.role(observed_on)}
+        return lambda rank, **extra: engine_labels(rank, **{**role, **extra})
+
     if "up" in needed:
         out.append(series_entry("up", ident.process, _gauge(1 if fleet.target_up else 0, minutes)))
     for key in sorted(ctx.catalog.metrics):
@@ -394,9 +400,10 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
         if not fleet.engine_up:
             continue
         still = not (fleet.progressing and fleet.counting)
+        labels_of = role_labels(m.observed_on) if m.observed_on else engine_labels
         if m.type == "histogram":
             flat = replace(fleet, latency=tuple((k, ((0, 0),)) for k in ctx.catalog.metrics)) if still else fleet
-            out.extend(_histogram(ctx, key, base, flat, needed, minutes, engine_labels, ident.ranks))
+            out.extend(_histogram(ctx, key, base, flat, needed, minutes, labels_of, ident.ranks))
         elif base in needed and m.type == "counter":
             ranks = ident.ranks if m.engine_label else (None,)
             for labels, rate in _counter_rates(ctx, key, fleet):
@@ -404,7 +411,7 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
                 labels = {m.wire_label(k): v for k, v in {**m.fixed_labels(), **labels}.items()}
                 for rank in ranks:
                     value = 0 if still else rate
-                    out.append(series_entry(base, engine_labels(rank, **labels), _counter(value, len(ranks), minutes)))
+                    out.append(series_entry(base, labels_of(rank, **labels), _counter(value, len(ranks), minutes)))
         elif base in needed and key == "requests_waiting_by_reason":
             # the fixture fleet defers nothing: every waiting request waits for capacity
             for i, rank in enumerate(ident.ranks):
