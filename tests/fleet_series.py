@@ -895,7 +895,7 @@ class TrtllmReplicaSeries(ReplicaSeries):
         self.engine = [self.model]
         self.gauge_labels = (*self.model, ("pid", d["pid"]))
         self.hists = {}
-        for key, h in (*d["histograms"].items(), ("kv_transfer", d["kv_transfer"])):
+        for key, h in d["histograms"].items():
             bounds = (*(float(b) for b in h["buckets"]), math.inf)
             self.hists[key] = [(h["name"], bounds, [le_text(b) for b in bounds])]
 
