@@ -29,7 +29,7 @@ SCALE = {
 }
 TIMED_OUT = (float("inf"), float("inf"))
 # example specs of the other engines, each against the vLLM chat spec (target: at most 1.2x)
-ENGINE_SPECS = ("specs/sglang.yaml", "specs/trtllm.yaml")
+ENGINE_SPECS = ("specs/sglang.yaml", "specs/sglang-pd.yaml", "specs/trtllm.yaml")
 ENGINE_TARGET = 1.2
 
 

@@ -11,6 +11,10 @@ from genobs import data as data_files
 
 Version = tuple[int, int, int]
 
+# units a histogram or counter of durations may be exported in -> how many make one second;
+# genobs records every such series in seconds
+TIME_UNITS = {"seconds": 1, "milliseconds": 1000, "microseconds": 1_000_000}
+
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev)\d*)?")
 
 
@@ -55,6 +59,8 @@ class MetricDef:
     capability: str = "exact"  # exact | approx: a related series with other semantics
     # genobs' label name -> the engine's (TensorRT-LLM: position -> token_position)
     label_aliases: tuple[tuple[str, str], ...] = ()
+    # the one role (prefill | decode) whose servers write it (SGLang's KV-transfer series)
+    observed_on: str | None = None
     # version -> wire name: a build asks tens of thousands of times for a few dozen names
     _names: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -88,11 +94,31 @@ class MetricDef:
             return found[-1].matchers
         return self.matchers
 
-    def buckets_for(self, v: Version) -> tuple[float, ...]:
+    @property
+    def per_second(self) -> int:
+        """Units of the wire value in one second: 1000 for a millisecond histogram, 1 for
+        seconds and for every unit that is not a duration (tokens, bytes)."""
+        return TIME_UNITS.get(self.unit, 1)
+
+    def wire_value(self, seconds: float) -> float:
+        """A duration in the histogram's own unit (0.5 s -> 500 on a millisecond histogram): what
+        its `le` labels and `_sum` hold."""
+        if self.per_second == 1:
+            return seconds
+        return float(f"{seconds * self.per_second:.12g}")  # 0.005 * 1000 is 5.000000000000001
+
+    def wire_buckets_for(self, v: Version) -> tuple[float, ...]:
+        """The bucket bounds as the engine writes them in `le`, in the histogram's own unit."""
         for since, until, le in self.buckets:
             if since <= v and (until is None or v < until):
                 return le
         return ()
+
+    def buckets_for(self, v: Version) -> tuple[float, ...]:
+        """The bucket bounds in seconds for a duration histogram (what thresholds compare with);
+        other histograms' bounds as they are."""
+        le = self.wire_buckets_for(v)
+        return le if self.per_second == 1 else tuple(b / self.per_second for b in le)
 
     def available_from(self) -> Version:
         return min(r.since for r in self.names)
@@ -240,7 +266,10 @@ def _build(raw: dict) -> Catalog:
             matchers=tuple((str(a), str(b), str(c)) for a, b, c in m.get("matchers", [])),
             capability=str(m.get("capability", "exact")),
             label_aliases=tuple((str(k), str(v)) for k, v in m.get("label_aliases", {}).items()),
+            observed_on=m.get("observed_on"),
         )
+        if m["unit"] in TIME_UNITS and m["unit"] != "seconds" and m["type"] not in ("histogram", "counter"):
+            raise ValueError(f"{raw['engine']}.yaml metrics.{key}: unit {m['unit']} is for histograms and counters")
     sv = raw["supported_versions"]
     never = (10**6, 0, 0)  # an engine without the rank label, or without the feature
     rank_label = raw.get("rank_label", "engine")

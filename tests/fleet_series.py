@@ -769,7 +769,7 @@ class SglangReplicaSeries(ReplicaSeries):
         # without data parallelism (engines: 1) the schedulers write no dp_rank, as in the P/D bodies
         self.engine = [(*rank, ("dp_rank", str(e))) if fleet.engines > 1 else rank for e in range(fleet.engines)]
         self.hists = {}
-        for key, h in d["histograms"].items():
+        for key, h in (*d["histograms"].items(), ("kv_transfer", d["kv_transfer"])):
             bounds = (*(float(b) for b in h["buckets"]), math.inf)
             self.hists[key] = [(h["name"], bounds, [le_text(b) for b in bounds])]
 
@@ -849,6 +849,8 @@ class SglangReplicaSeries(ReplicaSeries):
             if decodes:
                 retracted = float(p["preemptions"]) * dt / engines if live[e] else 0.0
                 self._add(d["scheduler_counters"]["retractions"], labels, retracted)
+            if p["nixl"] and self.role != "unified":
+                self._kv_transfer(p["nixl"], labels, dt / engines if live[e] else 0.0)
             g = d["gauges"]
             self._s(g["running"], labels, False).values.append(0.0 if zero else float(split(int(p["running"]), engines)[e]))
             self._s(g["waiting"], labels, False).values.append(0.0 if zero else float(split(int(p["waiting"]), engines)[e]))
@@ -863,6 +865,15 @@ class SglangReplicaSeries(ReplicaSeries):
         self._add(d["http_responses"], (*self.base, *http, ("status_code", "200")), rate * dt)
         front = float(p["http_5xx_per_s"]) if accepting else 0.0
         self._add(d["http_responses"], (*self.base, *http, ("status_code", "503")), (rate * float(p["http_5xx"]) + front) * dt)
+
+
+    def _kv_transfer(self, nx: dict, labels: Labels, dt: float) -> None:
+        """A P/D pair's KV transfers: {transfers: /s, failed: /s, latency_ms: {p50, p99}} per server.
+        The prefill server observes each completed transfer in milliseconds (the decode server
+        only bootstrap and allocation times); both servers count each failed transfer."""
+        if self.role == "prefill":
+            self._hist("kv_transfer", labels, float(nx.get("transfers", 0.0)) * dt, Dist.of(nx["latency_ms"]))
+        self._add(DATA["sglang"]["transfer_failed"], labels, float(nx.get("failed", 0.0)) * dt)
 
 
 class TrtllmReplicaSeries(ReplicaSeries):

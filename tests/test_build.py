@@ -198,7 +198,8 @@ def test_dashboard_panels_have_units_descriptions_and_do_not_overlap(spec: Path)
     own = yaml.safe_load(spec.read_text())["service"].get("group_by", ["model_name"])
     service = yaml.safe_load(spec.read_text())["service"]
     rank = load_catalog(service.get("engine", "vllm")).rank_label  # SGLang: no rank label shared by its series
-    drill = (["role"] if "roles" in service else []) + ["instance", *([rank] if rank else [])]
+    # the drill-down's pool variable is the spec's role label (SGLang P/D: engine_type)
+    drill = ([service["roles"]["label"]] if "roles" in service else []) + ["instance", *([rank] if rank else [])]
     assert variables[1:] == [*own, *(v for v in drill if v not in own)]
 
 

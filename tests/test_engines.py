@@ -23,6 +23,11 @@ ENGINE_SPECS = {
     "sglang": ("sglang_0.5.23_exposition.txt", "sglang_0.5.23_pd_prefill_exposition.txt", "sglang_0.5.23_pd_decode_exposition.txt"),
     "trtllm": ("trtllm_exposition.txt",),
 }
+# every example spec of an engine other than vLLM -> the real bodies its names must be in
+SPEC_BODIES = {
+    **ENGINE_SPECS,
+    "sglang-pd": ("sglang_0.5.23_pd_prefill_exposition.txt", "sglang_0.5.23_pd_decode_exposition.txt"),
+}
 WIRE_PREFIXES = ("vllm:", "sglang:", "trtllm_", "dynamo_", "llm_d_")
 
 
@@ -48,13 +53,32 @@ def read_names(spec: Path) -> set[str]:
     return names - recorded - {"up", "ALERTS"}
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINE_SPECS))
-def test_example_spec_reads_only_names_of_the_real_body(engine: str):
-    spec = REPO / "specs" / f"{engine}.yaml"
+@pytest.mark.parametrize("name", sorted(SPEC_BODIES))
+def test_example_spec_reads_only_names_of_the_real_body(name: str):
+    spec = REPO / "specs" / f"{name}.yaml"
     read = read_names(spec)
     assert read, "the spec reads no engine series at all"
-    missing = read - body_names(*ENGINE_SPECS[engine])
-    assert not missing, f"{spec.name} reads series the real {engine} bodies do not have: {sorted(missing)}"
+    missing = read - body_names(*SPEC_BODIES[name])
+    assert not missing, f"{spec.name} reads series the real bodies {SPEC_BODIES[name]} do not have: {sorted(missing)}"
+
+
+def test_sglang_pd_spec_reads_kv_transfer_on_the_prefill_servers():
+    """The SGLang P/D example alerts on the KV transfer, from the prefill body's series only."""
+    _, plan = load_plan(REPO / "specs" / "sglang-pd.yaml")
+    alerts = {r.name for g in plan.groups for r in g.rules if not isinstance(r, RecordingRule)}
+    assert {"VllmNixlTransferTimeP99High", "VllmNixlTransfersFailing"} <= alerts
+    prefill = body_names("sglang_0.5.23_pd_prefill_exposition.txt")
+    decode = body_names("sglang_0.5.23_pd_decode_exposition.txt")
+    kv = {n for n in read_names(REPO / "specs" / "sglang-pd.yaml") if "transfer" in n}
+    assert kv == {
+        "sglang:kv_transfer_latency_ms_bucket",
+        "sglang:kv_transfer_latency_ms_sum",
+        "sglang:kv_transfer_latency_ms_count",
+        "sglang:num_transfer_failed_reqs_total",
+    }
+    assert kv <= prefill and "sglang:kv_transfer_latency_ms_bucket" not in decode
+    exprs = [r.expr for g in plan.groups for r in g.rules]
+    assert all('engine_type="prefill"' in e for e in exprs for n in kv if f"{n}{{" in e)
 
 
 def test_plan_and_renderers_hold_no_wire_name():
@@ -252,10 +276,14 @@ def test_capability_entries_name_real_signals(engine: str):
 
     signals = set(signal_data()["signals"])
     catalog = load_catalog(engine)
-    for signal, why in (*catalog.not_observable, *catalog.approximate):
+    every = (*catalog._notes[0], *catalog._notes[1])  # (signal, why, since, until) of every release
+    for signal, why, _, _ in every:
         assert signal in signals, f"{engine}: {signal} is not a signal of genobs/data/signals.yaml"
         assert len(why) > 20, f"{engine}: say why {signal} is missing or approximate"
-    assert not {s for s, _ in catalog.not_observable} & {s for s, _ in catalog.approximate}
+    bounds = {since for _, _, since, _ in every if since} | {until for _, _, _, until in every if until}
+    for v in (catalog.min_version, catalog.max_version, *bounds):
+        at = catalog.at(v)  # one entry per signal at every release
+        assert not {s for s, _ in at.not_observable} & {s for s, _ in at.approximate}
 
 
 def test_sglang_pd_fleet_exports_what_the_real_pd_bodies_have():
@@ -268,11 +296,14 @@ def test_sglang_pd_fleet_exports_what_the_real_pd_bodies_have():
         {"name": "prefill", "replicas": 1, "labels": {"engine_type": "prefill"}},
         {"name": "decode", "replicas": 1, "labels": {"engine_type": "decode"}},
     ]
-    fleet = Fleet({"engines": 1, "duration": "2m", "pools": pools}, spec)
+    traffic = {"nixl": {"transfers": 5, "failed": 0.5, "latency_ms": {"p50": 8, "p99": 40}}}
+    fleet = Fleet({"engines": 1, "duration": "2m", "pools": pools, "traffic": traffic}, spec)
     real = {
         "prefill": body_label_sets("sglang_0.5.23_pd_prefill_exposition.txt"),
         "decode": body_label_sets("sglang_0.5.23_pd_decode_exposition.txt"),
     }
+    seen: set[tuple[str, str]] = set()
+    les: set[str] = set()
     for s in fleet.series():
         name, _, rest = s["series"].partition("{")
         if name == "up" or name == "sglang:http_responses_total":  # HTTP series: not in the P/D bodies
@@ -282,3 +313,10 @@ def test_sglang_pd_fleet_exports_what_the_real_pd_bodies_have():
         keys = frozenset(labels) - {"le", "job", "namespace", "instance", "pod"}
         assert name in real[role], f"{name} is not in the real SGLang {role} body"
         assert keys in real[role][name], f"{role} {name}: {sorted(keys)} vs {sorted(map(sorted, real[role][name]))}"
+        seen.add((role, name))
+        if name == "sglang:kv_transfer_latency_ms_bucket":  # milliseconds, as the real body writes them
+            les.add(labels["le"])
+    assert ("prefill", "sglang:kv_transfer_latency_ms_bucket") in seen
+    assert {("prefill", "sglang:num_transfer_failed_reqs_total"), ("decode", "sglang:num_transfer_failed_reqs_total")} <= seen
+    real_les = set(re.findall(r'kv_transfer_latency_ms_bucket\{[^}]*le="([^"]+)"', (BODIES / "sglang_0.5.23_pd_prefill_exposition.txt").read_text()))
+    assert les == real_les

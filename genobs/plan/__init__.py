@@ -217,7 +217,7 @@ def _unreachable(ctx: Context, alerts: list[AlertRule]) -> list[str]:
         if top is not None and a.threshold >= top:
             out.append(
                 f"{a.name} ({a.severity}, > {a.threshold_text}) can never fire: the largest finite bucket of "
-                f"{ctx.metric(key)} in vLLM {ctx.version_text} is {format_seconds(top)}; lower the threshold below it"
+                f"{ctx.metric(key)} in {ctx.release} is {format_seconds(top)}; lower the threshold below it"
             )
     return out
 

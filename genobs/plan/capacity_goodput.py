@@ -33,8 +33,8 @@ def goodput(b: Builder, cap: Capacity) -> None:
     for key, bound in (("ttft", g.ttft), ("tpot", g.tpot)):
         if bound is None:
             continue
-        le = (q.le_matcher(parse_seconds(bound)),)
-        buckets.append((ctx.raw(key, "_bucket", le), f'{ctx.metric(key, "_bucket")}{{le="{parse_seconds(bound):g}"}}'))
+        le = (ctx.le(key, parse_seconds(bound)),)
+        buckets.append((ctx.raw(key, "_bucket", le), f'{ctx.metric(key, "_bucket")}{{le="{ctx.le_text(key, parse_seconds(bound))}"}}'))
         name = b.add(
             f"goodput_{key}",
             naming.record(f"goodput_{key}_requests", naming.rate_op("rate", w)),

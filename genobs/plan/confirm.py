@@ -76,11 +76,11 @@ def _success(ctx: Context) -> list[Query]:
 def _speed(ctx: Context) -> Query:
     if ctx.speed_from_tpot:
         labels = replica_labels(ctx, "tpot")
-        expr = q.ratio(_rate(ctx, "tpot", "_count"), _rate(ctx, "tpot", "_sum"))
+        expr = q.ratio(_rate(ctx, "tpot", "_count"), ctx.in_seconds("tpot", _rate(ctx, "tpot", "_sum")))
     else:
         labels = replica_labels(ctx, "generation_length")
         decoded = f"{_rate(ctx, 'generation_length', '_sum')} - {_rate(ctx, 'generation_length', '_count')}"
-        expr = q.ratio(decoded, _rate(ctx, "decode_time", "_sum"))
+        expr = q.ratio(decoded, ctx.in_seconds("decode_time", _rate(ctx, "decode_time", "_sum")))
     return f"output tok/s per user {_where(ctx, labels)}", expr
 
 
@@ -101,7 +101,7 @@ def _nixl_failed(ctx: Context) -> Query:
     """failed / (completed + failed) per replica, counted as the recorded ratio counts them."""
     labels = replica_labels(ctx, "nixl_failed_transfers")
     failed = _rate(ctx, "nixl_failed_transfers")
-    if ctx.version < ctx.catalog.nixl_failures_include_notifications_since:
+    if ctx.has("nixl_failed_notifications") and ctx.version < ctx.catalog.nixl_failures_include_notifications_since:
         failed = f"{failed} + {_rate(ctx, 'nixl_failed_notifications')}"
     attempted = f"{_rate(ctx, 'nixl_xfer_time', '_count')} + {failed}"
     return f"share of failed NIXL transfers {_where(ctx, labels)}", q.ratio(failed, attempted)
@@ -113,7 +113,8 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
     if alert in _LATENCY:
         key, what = _LATENCY[alert]
         labels = replica_labels(ctx, key)
-        return ((f"{what} {_where(ctx, labels)}", q.quantile(0.99, labels, ctx.rate(key, "_bucket"))),)
+        quantile = ctx.in_seconds(key, q.quantile(0.99, labels, ctx.rate(key, "_bucket")))
+        return ((f"{what} {_where(ctx, labels)}", quantile),)
     if alert == "VllmLengthFinishRatioHigh":
         return (_finish_share(ctx, ("length",), "share of length finishes"),)
     if alert == "VllmAbortRatioHigh":
@@ -145,10 +146,10 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         return (_waiting(ctx),)
     if alert == "VllmReplicaTtftOutlier":
         labels = replica_labels(ctx, "ttft")
-        mean = q.ratio(_rate(ctx, "ttft", "_sum"), _rate(ctx, "ttft", "_count"))
+        mean = q.ratio(ctx.in_seconds("ttft", _rate(ctx, "ttft", "_sum")), _rate(ctx, "ttft", "_count"))
         return (
             (f"mean TTFT {_where(ctx, labels)}", mean),
-            (f"TTFT p99 {_where(ctx, labels)}", q.quantile(0.99, labels, ctx.rate("ttft", "_bucket"))),
+            (f"TTFT p99 {_where(ctx, labels)}", ctx.in_seconds("ttft", q.quantile(0.99, labels, ctx.rate("ttft", "_bucket")))),
         )
     if alert == "VllmOutputSpeedPerUserLow":
         return (_speed(ctx),)

@@ -148,9 +148,12 @@ class Context:
         return other.replace(":", "_") if self.dialect == "underscore" else other
 
     def _selectors(self, key: str, suffix: str, extra: tuple[q.Matcher, ...], all_roles: bool, models: bool) -> list[str]:
-        if key in USER_FACING and not all_roles and not any(m[0] == (self.roles or ("",))[0] for m in extra):
-            extra = self.role("decode") + extra
         metric = self.catalog.metric(key)
+        if not all_roles and not any(m[0] == (self.roles or ("",))[0] for m in extra):
+            if metric.observed_on is not None:  # one role's servers write it: read it there only
+                extra = self.role(metric.observed_on) + extra
+            elif key in USER_FACING:
+                extra = self.role("decode") + extra
         if metric.label_aliases:
             extra = tuple((metric.wire_label(label), op, value) for label, op, value in extra)
         base = self.raw_matchers(self.is_process(key), models)
@@ -190,6 +193,21 @@ class Context:
     ) -> str:
         group = self.process_group if self.is_process(key) else self.group
         return q.sum_by((*group, *labels), self.rate(key, suffix, extra))
+
+    def in_seconds(self, key: str, expr: str) -> str:
+        """`expr`, a duration read from histogram or counter `key`, in seconds: a millisecond
+        histogram's quantiles and _sum rates are divided by 1000 (its buckets keep their own unit)."""
+        per_second = self.catalog.metric(key).per_second
+        return expr if per_second == 1 else f"{expr} / {per_second}"
+
+    def le(self, key: str, seconds: float) -> q.Matcher:
+        """The `le` matcher of the bucket bound `seconds` of histogram `key`, in the histogram's own
+        unit (0.5 s is le="500" on a millisecond histogram)."""
+        return q.le_matcher(self.catalog.metric(key).wire_value(seconds))
+
+    def le_text(self, key: str, seconds: float) -> str:
+        """The bucket bound as the `le` label value a reader types (`le="500"`), for messages."""
+        return f"{self.catalog.metric(key).wire_value(seconds):g}"
 
     def recorded(
         self, name: str, extra: tuple[q.Matcher, ...] = (), process: bool = False, models: bool = True

@@ -319,30 +319,8 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
             )
         rows.append(Row("Speculative decoding", tuple(panels)))
 
-    if "nixl_throughput" in rec.names:
-        rows.append(
-            Row(
-                "Disaggregated prefill (NIXL)",
-                (
-                    p.latency(
-                        "nixl_xfer_time",
-                        "NIXL transfer time",
-                        "KV-cache transfer time per transfer, p50/p90/p95/p99 and mean.",
-                        lines.get("nixl_transfer", ()),
-                    ),
-                    Panel(
-                        "NIXL bytes per second",
-                        "Bytes moved per second of wall time, and per second of transfer time (link throughput).",
-                        "Bps",
-                        (
-                            Target(p.sel("nixl_bytes_rate"), p.legend("bytes/s")),
-                            Target(p.sel("nixl_throughput"), p.legend("per transfer second")),
-                        ),
-                    ),
-                    *_nixl_failures(p, rec, lines),
-                ),
-            )
-        )
+    if "nixl_xfer_time_quantile" in rec.names:
+        rows.append(Row("Disaggregated prefill (NIXL)", _nixl(ctx, p, rec, lines)))
 
     from genobs.plan import drilldown
 
@@ -452,11 +430,35 @@ def _running_waiting(p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> P
     )
 
 
+def _nixl(ctx: Context, p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> tuple[Panel, ...]:
+    """Transfer time, bytes and failures of the KV cache moving from prefill to decode pods (what
+    the engine exports of them: SGLang has transfer time and failures, no bytes in base units)."""
+    description = "KV-cache transfer time per transfer, p50/p90/p95/p99 and mean."
+    how = ctx.catalog.caveat("nixl_transfer")
+    if how is not None:
+        description += f" Approximation on {ctx.release}: {how}."
+    panels = [p.latency("nixl_xfer_time", "NIXL transfer time", description, lines.get("nixl_transfer", ()))]
+    if "nixl_throughput" in rec.names:
+        panels.append(
+            Panel(
+                "NIXL bytes per second",
+                "Bytes moved per second of wall time, and per second of transfer time (link throughput).",
+                "Bps",
+                (
+                    Target(p.sel("nixl_bytes_rate"), p.legend("bytes/s")),
+                    Target(p.sel("nixl_throughput"), p.legend("per transfer second")),
+                ),
+            )
+        )
+    if "nixl_failed" in rec.names:
+        panels.extend(_nixl_failures(p, rec, lines))
+    return tuple(panels)
+
+
 def _nixl_failures(p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> tuple[Panel, ...]:
-    counts = [
-        Target(p.sel("nixl_failed"), p.legend("failed transfers/s")),
-        Target(p.sel("nixl_failed_notifications"), p.legend("failed notifications/s")),
-    ]
+    counts = [Target(p.sel("nixl_failed"), p.legend("failed transfers/s"))]
+    if "nixl_failed_notifications" in rec.names:
+        counts.append(Target(p.sel("nixl_failed_notifications"), p.legend("failed notifications/s")))
     ratios = [Target(p.sel("nixl_failed_ratio"), p.legend("failed / attempted transfers"))]
     if "nixl_kv_expired" in rec.names:
         counts.append(Target(p.sel("nixl_kv_expired"), p.legend("expired KV leases/s")))

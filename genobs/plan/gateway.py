@@ -225,10 +225,11 @@ def _confirm(gctx: Context, ctx: Context, name: str) -> tuple[tuple[str, str], .
     models = _model_labels(gctx)
     out: list[tuple[str, str]] = []
     if key is not None:
-        at_gw = q.quantile(0.99, models, gctx.rate(key, "_bucket"))
+        at_gw = gctx.in_seconds(key, q.quantile(0.99, models, gctx.rate(key, "_bucket")))
         out.append((f"gateway {key} p99 per requested and target model", at_gw))
         if ctx.has(key):
-            out.append((f"pods' {key} p99 per instance", q.quantile(0.99, per_pod, ctx.rate(key, "_bucket"))))
+            pods = ctx.in_seconds(key, q.quantile(0.99, per_pod, ctx.rate(key, "_bucket")))
+            out.append((f"pods' {key} p99 per instance", pods))
     else:
         kinds = gctx.catalog.metric("gateway_errors").labels
         errors = q.sum_by(("model_name", *kinds), gctx.rate("gateway_errors"))

@@ -79,7 +79,8 @@ def _latencies(r: Recorder) -> None:
         if not ctx.has(key):
             continue
         if key in MEAN_ONLY and not (pools and key == "decode_time"):
-            r.add(f"{key}_mean", subject, "mean", q.ratio(ctx.sum_rate(key, "_sum"), ctx.sum_rate(key, "_count")))
+            mean = q.ratio(ctx.in_seconds(key, ctx.sum_rate(key, "_sum")), ctx.sum_rate(key, "_count"))
+            r.add(f"{key}_mean", subject, "mean", mean)
             continue
         _histogram(r, key, key, subject)
     if pools:
@@ -93,21 +94,24 @@ def _latencies(r: Recorder) -> None:
 def _histogram(r: Recorder, name: str, key: str, subject: str, extra: tuple[q.Matcher, ...] = ()) -> None:
     """Bucket rate, p50/p90/p99 and mean of histogram `key` (restricted by `extra`), recorded as `name`."""
     ctx = r.ctx
-    r.add(f"{name}_buckets", subject, "bucket", q.sum_by((*ctx.group, "le"), ctx.rate(key, "_bucket", extra)))
+    metric = ctx.catalog.metric(key)
+    # the bucket rate keeps the histogram's `le` values: its name says their unit (milliseconds)
+    own = subject if metric.per_second == 1 else subject.removesuffix("_seconds") + f"_{metric.unit}"
+    r.add(f"{name}_buckets", own, "bucket", q.sum_by((*ctx.group, "le"), ctx.rate(key, "_bucket", extra)))
     buckets = r.ref(f"{name}_buckets")
     for quant in QUANTILES:
         r.rules.append(
             RecordingRule(
                 record=ctx.rec(subject, "quantile"),
                 # a histogram without observations gives NaN; ">= 0" drops it
-                expr=f"histogram_quantile({quant:g}, {buckets}) >= 0",
+                expr=f"{ctx.in_seconds(key, f'histogram_quantile({quant:g}, {buckets})')} >= 0",
                 labels=(("quantile", f"{quant:g}"),),
             )
         )
     r.names[f"{name}_quantile"] = ctx.rec(subject, "quantile")
     # from _sum and _count, not the recorded +Inf bucket: a mean an alert reads (1 / mean TPOT is
     # the output speed) then does not hold the whole bucket rate at the alerts' pace
-    mean = q.ratio(ctx.sum_rate(key, "_sum", extra), ctx.sum_rate(key, "_count", extra))
+    mean = q.ratio(ctx.in_seconds(key, ctx.sum_rate(key, "_sum", extra)), ctx.sum_rate(key, "_count", extra))
     r.add(f"{name}_mean", subject, "mean", mean)
 
 
@@ -120,7 +124,7 @@ def _replica_ttft(r: Recorder) -> None:
         return  # every replica is its own group: there are no peers to compare with
     count = q.sum_by(rl, ctx.rate("ttft", "_count"))
     busy = f"({count} >= {ctx.min_request_rate:g}) > 0"
-    r.add("replica_ttft_mean", "replica_ttft_seconds", "mean", f"{q.sum_by(rl, ctx.rate('ttft', '_sum'))} / ({busy})")
+    r.add("replica_ttft_mean", "replica_ttft_seconds", "mean", f"{ctx.in_seconds('ttft', q.sum_by(rl, ctx.rate('ttft', '_sum')))} / ({busy})")
 
 
 def _tokens(r: Recorder) -> None:
@@ -153,7 +157,7 @@ def _tokens(r: Recorder) -> None:
             "prefill_speed_per_user",
             "prefill_speed_per_user",
             "tokens_per_second",
-            q.ratio(ctx.sum_rate("prompt_length", "_sum"), ctx.sum_rate("prefill_time", "_sum")),
+            q.ratio(ctx.sum_rate("prompt_length", "_sum"), ctx.in_seconds("prefill_time", ctx.sum_rate("prefill_time", "_sum"))),
         )
 
 
@@ -168,7 +172,7 @@ def output_speed(r: Recorder) -> str:
         return q.ratio("1", r.ref("tpot_mean"))
     # older releases: tokens after the first over decode time, both observed once per request
     decoded = f"{ctx.sum_rate('generation_length', '_sum')} - {ctx.sum_rate('generation_length', '_count')}"
-    return q.ratio(decoded, ctx.sum_rate("decode_time", "_sum"))
+    return q.ratio(decoded, ctx.in_seconds("decode_time", ctx.sum_rate("decode_time", "_sum")))
 
 
 def _decomposition(r: Recorder) -> None:
@@ -254,22 +258,22 @@ def _nixl(r: Recorder) -> None:
     share of user requests. NIXL series are read on every pod: vLLM counts expiries on the prefill
     side, and which side observes a transfer depends on the connector's direction."""
     ctx = r.ctx
-    r.add("nixl_bytes_rate", "nixl_bytes_transferred", "rate", ctx.sum_rate("nixl_bytes", "_sum"))
-    r.add(
-        "nixl_throughput",
-        "nixl_transfer_throughput",
-        "bytes_per_second",
-        q.ratio(r.ref("nixl_bytes_rate"), ctx.sum_rate("nixl_xfer_time", "_sum")),
-    )
+    if ctx.has("nixl_bytes"):  # SGLang's transfer sizes are in MB: not read
+        r.add("nixl_bytes_rate", "nixl_bytes_transferred", "rate", ctx.sum_rate("nixl_bytes", "_sum"))
+        seconds = ctx.in_seconds("nixl_xfer_time", ctx.sum_rate("nixl_xfer_time", "_sum"))
+        r.add("nixl_throughput", "nixl_transfer_throughput", "bytes_per_second", q.ratio(r.ref("nixl_bytes_rate"), seconds))
+    if not ctx.has("nixl_failed_transfers"):
+        return
     r.add("nixl_failed", "nixl_failed_transfers", "rate", ctx.sum_rate("nixl_failed_transfers"))
-    r.add(
-        "nixl_failed_notifications",
-        "nixl_failed_notifications",
-        "rate",
-        ctx.sum_rate("nixl_failed_notifications"),
-    )
+    if ctx.has("nixl_failed_notifications"):
+        r.add(
+            "nixl_failed_notifications",
+            "nixl_failed_notifications",
+            "rate",
+            ctx.sum_rate("nixl_failed_notifications"),
+        )
     failed = r.ref("nixl_failed")
-    if ctx.version < ctx.catalog.nixl_failures_include_notifications_since:
+    if "nixl_failed_notifications" in r.names and ctx.version < ctx.catalog.nixl_failures_include_notifications_since:
         failed = f"{failed} + {r.ref('nixl_failed_notifications')}"
     # the transfer-time histogram observes completed transfers; a failed one is counted apart
     attempted = f"{r.count('nixl_xfer_time')} + {failed}"

@@ -101,7 +101,9 @@ def validate(doc, ctx: Context, report, only: frozenset[int] | None = None) -> N
         if slo.buckets is not None and ctx.version < ctx.catalog.custom_buckets_since:
             report((*path, "buckets"), f"custom histogram buckets need {_bucket_flag_text(ctx, key)}")
             continue
-        bounds = tuple(slo.buckets) if slo.buckets else ctx.catalog.metric(key).buckets_for(ctx.version)
+        metric = ctx.catalog.metric(key)
+        # the spec's buckets are the engine flag's values, in the histogram's own unit
+        bounds = tuple(b / metric.per_second for b in slo.buckets) if slo.buckets else metric.buckets_for(ctx.version)
         value = parse_seconds(slo.threshold)
         if not any(abs(b - value) < 1e-9 for b in bounds):
             report(

@@ -126,7 +126,7 @@ class Sli:
         come from one read of the same inputs, so errors <= requests at any evaluation;
         matching on the grouping labels keeps the spec's models of the good side."""
         ctx, g = self.ctx, self.ctx.group
-        le = (q.le_matcher(bound),)
+        le = (ctx.le(key, bound),)  # in the histogram's own unit
         buckets = self.recorded.get(f"{key}_buckets") if self.direct else None
         if buckets:
             good = q.sum_by(g, self.rec(f"{key}_buckets", le))

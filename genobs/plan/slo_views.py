@@ -31,10 +31,10 @@ def unavailable(ctx: Context, slo, requests: str, base_url: str, team: str | Non
     bound = parse_seconds(slo.threshold)
     name = naming.slo_unavailable(slo.name)
     # `unless on` the grouping labels keeps the spec's models when model_name is one of them
-    good = ctx.raw(key, "_bucket", (q.le_matcher(bound),), models=False)
+    good = ctx.raw(key, "_bucket", (ctx.le(key, bound),), models=False)
     if "model_name" not in g:
         good = pick(ctx, good)
-    bucket = f'{ctx.metric(key, "_bucket")}{{le="{bound:g}"}}'
+    bucket = f'{ctx.metric(key, "_bucket")}{{le="{ctx.le_text(key, bound)}"}}'
     extra = [("severity", "warning"), ("signal", signal), *((k, v) for k, _, v in ctx.slo_labels(slo.name))]
     if team:
         extra.append(("team", team))

@@ -47,6 +47,8 @@ def plan_families(
             continue
         if key.startswith(NIXL_PREFIX) and not disaggregated_prefill:
             continue
+        if m.observed_on is not None:
+            continue  # one role's servers write it (SGLang's P/D prefill server); the simulator has no roles
         seen.add(wire)
         out.append(Family(key, wire, m))
     return out
@@ -217,7 +219,9 @@ class FleetCollector:
                     total = 0.0
                 else:
                     buckets, total = h.cumulative(), h.sum
-                fam.add_metric(labels, [(floatToGoString(le), c) for le, c in buckets], total)
+                # the traffic model observes seconds; the engine writes its own unit (milliseconds)
+                wire = [(floatToGoString(m.wire_value(le)), c) for le, c in buckets]
+                fam.add_metric(labels, wire, total * m.per_second)
                 if self.created:
                     fam.samples.append(Sample(f.wire + "_created", dict(zip(names, labels)), self.created_at))
             return fam

@@ -83,7 +83,8 @@ class _Gen:
                 continue
             count = total if math.isinf(upper) else (ok if upper >= bound - 1e-12 else 0)
             for rank in self.ident.ranks:
-                out.append(series_entry(name, self.engine(rank, le=floatToGoString(upper)), self.counter(count)))
+                le = floatToGoString(self.ctx.catalog.metric(key).wire_value(upper))
+                out.append(series_entry(name, self.engine(rank, le=le), self.counter(count)))
         return out
 
     def inputs(self, s: State, gpu_only: bool = False) -> list[dict]:

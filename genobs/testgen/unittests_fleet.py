@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 
@@ -200,7 +200,8 @@ def observations(key: str) -> int:
 
 
 def bounds(ctx: Context, key: str, fleet: Fleet | None = None) -> tuple[float, ...]:
-    """Bucket upper bounds the engine exports for a histogram (default buckets plus any SLO thresholds)."""
+    """Bucket upper bounds the engine exports for a histogram (default buckets plus any SLO thresholds),
+    in seconds for a duration histogram whatever its unit (series_entry writes `le` in that unit)."""
     extra = dict(fleet.extra_bounds).get(key, ()) if fleet else ()
     dropped = dict(fleet.dropped_bounds).get(key, ()) if fleet else ()
     return _bounds(ctx.catalog.metric(key).buckets_for(ctx.version), extra, dropped)
@@ -336,11 +337,14 @@ def quantile_of(ctx: Context, fleet: Fleet, key: str, quantile: float, window: i
     """The recorded histogram_quantile of a histogram key, from the fleet's bucket counters."""
     key = canonical(ctx, key)
     bs = bounds(ctx, key, fleet)
+    metric = ctx.catalog.metric(key)
     pairs = []
     for i, upper in enumerate((*bs, math.inf)):
         cumulative = sum(n for j, n in fleet.dist(key) if j <= i)
-        pairs.append((upper, fleet_rate(cumulative, ranks, window, at)))
-    return bucket_quantile(quantile, pairs)
+        pairs.append((metric.wire_value(upper), fleet_rate(cumulative, ranks, window, at)))
+    # as the recording rule computes it: in the histogram's own unit, then in seconds
+    value = bucket_quantile(quantile, pairs)
+    return value if metric.per_second == 1 else value / metric.per_second
 
 
 # --- input series ---------------------------------------------------------------
@@ -376,6 +380,12 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
             labels["engine"] = rank
         return {**labels, **extra}
 
+    def role_labels(observed_on: str) -> Callable[..., dict[str, str]]:
+        """A series one role writes (the KV-transfer series of SGLang's prefill servers) comes
+        from that role's pods, not from the decode pool the fixture fleet otherwise is."""
+        role = {label: value for label, _, value in ctx.role(observed_on)}
+        return lambda rank, **extra: engine_labels(rank, **{**role, **extra})
+
     if "up" in needed:
         out.append(series_entry("up", ident.process, _gauge(1 if fleet.target_up else 0, minutes)))
     for key in sorted(ctx.catalog.metrics):
@@ -390,9 +400,10 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
         if not fleet.engine_up:
             continue
         still = not (fleet.progressing and fleet.counting)
+        labels_of = role_labels(m.observed_on) if m.observed_on else engine_labels
         if m.type == "histogram":
             flat = replace(fleet, latency=tuple((k, ((0, 0),)) for k in ctx.catalog.metrics)) if still else fleet
-            out.extend(_histogram(ctx, key, base, flat, needed, minutes, engine_labels, ident.ranks))
+            out.extend(_histogram(ctx, key, base, flat, needed, minutes, labels_of, ident.ranks))
         elif base in needed and m.type == "counter":
             ranks = ident.ranks if m.engine_label else (None,)
             for labels, rate in _counter_rates(ctx, key, fleet):
@@ -400,7 +411,7 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
                 labels = {m.wire_label(k): v for k, v in {**m.fixed_labels(), **labels}.items()}
                 for rank in ranks:
                     value = 0 if still else rate
-                    out.append(series_entry(base, engine_labels(rank, **labels), _counter(value, len(ranks), minutes)))
+                    out.append(series_entry(base, labels_of(rank, **labels), _counter(value, len(ranks), minutes)))
         elif base in needed and key == "requests_waiting_by_reason":
             # the fixture fleet defers nothing: every waiting request waits for capacity
             for i, rank in enumerate(ident.ranks):
@@ -500,10 +511,13 @@ def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> 
     if f"{base}_bucket" in needed:
         for i, upper in enumerate((*bs, math.inf)):
             cumulative = sum(c for j, c in dist if j <= i)
-            le = floatToGoString(upper)
+            le = floatToGoString(ctx.catalog.metric(key).wire_value(upper))
             for rank in ranks:
                 out.append(series_entry(f"{base}_bucket", engine_labels(rank, le=le), _counter(cumulative, n, minutes)))
+    metric = ctx.catalog.metric(key)
     sum_rate = hist_sum_rate(ctx, fleet, key) if total else Fraction(0)
+    if total and metric.per_second != 1:  # observed values in the histogram's own unit (milliseconds)
+        sum_rate = sum((Fraction(c) * Fraction(metric.wire_value(bs[min(j, len(bs) - 1)])) for j, c in dist), Fraction(0))
     for suffix, rate in (("_sum", sum_rate), ("_count", total)):
         if f"{base}{suffix}" in needed:
             for rank in ranks:

@@ -69,6 +69,10 @@ def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloD
     out: dict[str, SloDef] = {}
     for name in sorted({dict(r.labels)["slo"] for r in rules}):
         found = _read_slo(name, [r for r in rules if dict(r.labels)["slo"] == name], wires, sources)
+        if found is not None and found.key is not None and found.threshold is not None:
+            # the rule's `le` is in the histogram's own unit; the fleet's bounds are seconds
+            per_second = ctx.catalog.metric(found.key).per_second
+            found = replace(found, threshold=found.threshold / per_second) if per_second != 1 else found
         if found is not None:
             out[name] = found
     return out
