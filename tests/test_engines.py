@@ -107,7 +107,8 @@ def test_sglang_build_prints_what_it_cannot_observe(tmp_path: Path):
     assert any("Success rate (success) is not observable on SGLang 0.5.23" in n for n in notes)
     assert any("Preemptions (preemptions) is an approximation on SGLang 0.5.23" in n for n in notes)
     rules = (out / "probe" / "prometheus" / "alerts.rules.yaml").read_text()
-    assert "VllmLengthFinishRatioHigh" not in rules and "VllmSuccessRatioLow" not in rules
+    assert "SglangTtftP99High" in rules  # the engine's own alert names (below: the ones it cannot back)
+    assert "SglangLengthFinishRatioHigh" not in rules and "SglangSuccessRatioLow" not in rules
     assert "Approximation on SGLang 0.5.23: SGLang counts retractions" in rules
     runbook = (out / "probe" / "RUNBOOK.md").read_text()
     assert "## What SGLang 0.5.23 can observe" in runbook
@@ -216,8 +217,8 @@ def test_trtllm_build_reads_cancelled_as_aborts_and_5xx_as_failures(tmp_path: Pa
     assert 'finished_reason="cancelled"' in rules
     assert 'trtllm_request_error_total{job="llm",model_name=~"m",http_code=~"5.."}' in rules
     alerts = (out / "probe" / "prometheus" / "alerts.rules.yaml").read_text()
-    assert "VllmSuccessRatioLow" in alerts and "VllmItlP99High" not in alerts
-    assert "VllmPreemptionsSustained" not in alerts
+    assert "TrtllmSuccessRatioLow" in alerts and "TrtllmItlP99High" not in alerts
+    assert "TrtllmPreemptionsSustained" not in alerts
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINE_SPECS))

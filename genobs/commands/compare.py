@@ -85,7 +85,7 @@ def _no_data(server, gates, env, side) -> None:
         lines.append(
             f"  {_TITLES[kind]} ({len(group)}: {', '.join(m.metric for m in group[:4])}{', ...' if len(group) > 4 else ''})"
         )
-        lines.append(f"    hint: {hint(kind, group, env.dialect)}")
+        lines.append(f"    hint: {hint(kind, group, env.dialect, env.catalog.alert_prefix)}")
     if not report.missing:
         why = "the side's matchers select none of them" if side.matchers else "the range may predate the data"
         lines.append(f"  every series the spec reads exists now under the spec's selector: {why}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from genobs import naming
 from genobs import promql as q
 from genobs.catalog import Catalog, format_version, load_catalog
 from genobs.commands.promopts import prometheus_options, server_from, url_option
@@ -31,7 +32,7 @@ _FEATURE_KEYS = {
 
 _HINTS = {
     "no_target": "No scrape target carries the spec's selector labels (`up` has no series under it, so "
-    "VllmTargetDown cannot fire either). Name the scrape job after the selector's job and add the other selector "
+    "{alert:TargetDown} cannot fire either). Name the scrape job after the selector's job and add the other selector "
     "labels as target labels (`genobs scrape-config SPEC` prints such a job), or fix service.selector.",
     "no_series": "No vLLM series under the selector: the targets are scraped but export no engine metrics "
     "(wrong port or path, or the engine has not started), or the series live under other labels.",
@@ -41,7 +42,7 @@ _HINTS = {
     "feature": "A feature the spec turns on exports no series: {hows}; or turn it off in the spec ({flags}).",
     "process": "The API server's process_* / python_gc_* series are missing: prometheus_client in multiprocess "
     "mode (PROMETHEUS_MULTIPROC_DIR set, e.g. several API-server processes) does not export the process and "
-    "GC collectors. Scrape them another way or ignore the RSS/GC panels and VllmApiServerRssGrowing.",
+    "GC collectors. Scrape them another way or ignore the RSS/GC panels and {alert:ApiServerRssGrowing}.",
     "other_exporter": "Another exporter's series (NVIDIA dcgm-exporter for features.gpu_metrics) are missing under "
     "features.gpu_metrics.selector: scrape the exporter in a job those labels match, or fix the selector; the GPU "
     "alerts stay silent without them.",
@@ -192,8 +193,8 @@ _TITLES = {
 }
 
 
-def hint(kind: str, missing: list[Missing], spec_dialect: str) -> str:
-    """What to do about the missing metrics of one kind."""
+def hint(kind: str, missing: list[Missing], spec_dialect: str, alert_prefix: str = "Vllm") -> str:
+    """What to do about the missing metrics of one kind (alerts named with the engine's `alert_prefix`)."""
     if kind == "dialect":
         if spec_dialect == "colon":
             return (
@@ -210,7 +211,7 @@ def hint(kind: str, missing: list[Missing], spec_dialect: str) -> str:
         hows = "; ".join(how for f, how in _FEATURE_KEYS.values() if f in feats)
         flags = ", ".join(f"features.{f}: false" for f in feats)
         return _HINTS["feature"].format(hows=hows, flags=flags)
-    return _HINTS[kind]
+    return naming.alert_refs(_HINTS[kind], alert_prefix)
 
 
 def _foreign(spec) -> tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...]:
@@ -360,6 +361,6 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
         for m in group:
             click.echo(f"    {m.metric:{width}}  {m.detail}".rstrip())
         click.echo(
-            textwrap.fill(hint(kind, group, spec_dialect), 100, initial_indent="    hint: ", subsequent_indent="      ")
+            textwrap.fill(hint(kind, group, spec_dialect, plan.alert_prefix), 100, initial_indent="    hint: ", subsequent_indent="      ")
         )
     sys.exit(1)
