@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from genobs import data as data_files
 
@@ -32,6 +32,8 @@ class NameRange:
     since: Version
     until: Version | None
     stand_in: bool = False  # another family's series read in its place (not a rename of this one)
+    # this family's own fixed matchers where they differ from the signal's (None: the signal's)
+    matchers: tuple[tuple[str, str, str], ...] | None = None
 
     def contains(self, v: Version) -> bool:
         return self.since <= v and (self.until is None or v < self.until)
@@ -79,6 +81,13 @@ class MetricDef:
             self._names[v] = found[-1] if found else None
             return self._names[v]
 
+    def matchers_for(self, v: Version) -> tuple[tuple[str, str, str], ...]:
+        """The fixed matchers of the family read in release `v` (a renamed family may have none)."""
+        found = [r for r in self.names if r.contains(v)]
+        if found and found[-1].matchers is not None:
+            return found[-1].matchers
+        return self.matchers
+
     def buckets_for(self, v: Version) -> tuple[float, ...]:
         for since, until, le in self.buckets:
             if since <= v and (until is None or v < until):
@@ -123,6 +132,8 @@ class Catalog:
     static_labels: tuple[tuple[str, str], ...] = ()
     abort_reason: str = "abort"  # the finish reason of a request the client gave up on
     metrics_path: str = "/metrics"  # where the engine serves Prometheus text
+    metrics_port: int | None = None  # its default metrics port, where the profile knows it (llm-d EPP: 9090)
+    metrics_auth: str = ""  # "bearer": /metrics answers only an authorized bearer token by default
     # labels that tell one replica's schedulers apart on the series that carry them, where no rank
     # label is shared by every series (SGLang: dp_rank on scheduler gauges, none on tokenizer counters)
     scheduler_labels: tuple[str, ...] = ()
@@ -130,6 +141,8 @@ class Catalog:
     model_label: str = "model_name"
     # a gateway's words in its alert and runbook texts (genobs/data/gateway.yaml placeholders)
     words: tuple[tuple[str, str], ...] = ()
+    # every release's capability notes: (signal, text, since, until) for not_observable, approximate
+    _notes: tuple[tuple, tuple] = field(default=((), ()), compare=False, repr=False)
 
     def release(self, v: Version) -> str:
         """'SGLang 0.5.23': the engine and release in messages."""
@@ -140,6 +153,12 @@ class Catalog:
 
     def caveat(self, signal: str) -> str | None:
         return dict(self.approximate).get(signal)
+
+    def at(self, v: Version) -> Catalog:
+        """The profile as release `v` sees it: capability notes scoped to a range of releases
+        (`since` inclusive, `until` exclusive) kept only where `v` is in their range."""
+        keep = lambda notes: tuple((k, why) for k, why, since, until in notes if _within(v, since, until))  # noqa: E731
+        return replace(self, not_observable=keep(self._notes[0]), approximate=keep(self._notes[1]))
 
     def has_rank_label(self, v: Version) -> bool:
         return self.rank_label is not None and v >= self.engine_label_since
@@ -173,11 +192,35 @@ def _opt_version(text: object) -> Version | None:
     return None if text is None else parse_version(str(text))
 
 
+def _within(v: Version, since: Version | None, until: Version | None) -> bool:
+    return (since is None or since <= v) and (until is None or v < until)
+
+
+def _note_list(raw: dict) -> tuple[tuple[str, str, Version | None, Version | None], ...]:
+    """`signal: text` for every release, or `signal: [{text, since, until}, ...]` per range of releases."""
+    out = []
+    for key, value in raw.items():
+        for entry in value if isinstance(value, list) else [{"text": value}]:
+            text = " ".join(str(entry["text"]).split())
+            out.append((key, text, _opt_version(entry.get("since")), _opt_version(entry.get("until"))))
+    return tuple(out)
+
+
+def _matchers(raw: list | None) -> tuple[tuple[str, str, str], ...] | None:
+    return None if raw is None else tuple((str(a), str(b), str(c)) for a, b, c in raw)
+
+
 def _build(raw: dict) -> Catalog:
     metrics = {}
     for key, m in raw["metrics"].items():
         names = tuple(
-            NameRange(n["name"], parse_version(n["since"]), _opt_version(n.get("until")), bool(n.get("stand_in", False)))
+            NameRange(
+                n["name"],
+                parse_version(n["since"]),
+                _opt_version(n.get("until")),
+                bool(n.get("stand_in", False)),
+                _matchers(n.get("matchers")),
+            )
             for n in m["names"]
         )
         buckets = tuple(
@@ -202,6 +245,7 @@ def _build(raw: dict) -> Catalog:
     sv = raw["supported_versions"]
     never = (10**6, 0, 0)  # an engine without the rank label, or without the feature
     rank_label = raw.get("rank_label", "engine")
+    notes = (_note_list(raw.get("not_observable", {})), _note_list(raw.get("approximate", {})))
     return Catalog(
         engine=raw["engine"],
         min_version=parse_version(sv["min"]),
@@ -220,12 +264,16 @@ def _build(raw: dict) -> Catalog:
         alert_prefix=str(raw.get("alert_prefix", "")),
         rank_label=rank_label,
         rank_labels_summed=tuple(raw.get("rank_labels_summed", [rank_label] if rank_label else [])),
-        not_observable=tuple((k, " ".join(str(v).split())) for k, v in raw.get("not_observable", {}).items()),
-        approximate=tuple((k, " ".join(str(v).split())) for k, v in raw.get("approximate", {}).items()),
+        # the newest release's notes unless a caller asks for another (Catalog.at)
+        not_observable=tuple((k, t) for k, t, since, until in notes[0] if _within(parse_version(sv["max"]), since, until)),
+        approximate=tuple((k, t) for k, t, since, until in notes[1] if _within(parse_version(sv["max"]), since, until)),
+        _notes=notes,
         bucket_flags=tuple(raw.get("bucket_flags", {}).items()),
         static_labels=tuple((k, str(v)) for k, v in raw.get("static_labels", {}).items()),
         abort_reason=raw.get("abort_reason", "abort"),
         metrics_path=raw.get("metrics_path", "/metrics"),
+        metrics_port=raw.get("metrics_port"),
+        metrics_auth=str(raw.get("metrics_auth", "")),
         scheduler_labels=tuple(raw.get("scheduler_labels", ())),
         model_label=raw.get("model_label", "model_name"),
         words=tuple((str(k), " ".join(str(v).split()) if k != "ttft_scope" else str(v)) for k, v in raw.get("words", {}).items()),

@@ -146,7 +146,7 @@ def test_explain_and_doctor_name_the_engines_alerts() -> None:
     # an alert the spec does not generate, explained in the engine's words
     absent = CliRunner().invoke(main, ["explain", "SglangSuccessRatioLow", "--spec", spec])
     assert absent.exit_code == 0 and "not observable on SGLang 0.5.23" in absent.output
-    assert "SglangTargetDown cannot fire" in hint("no_target", [], "colon", "Sglang")
+    assert "SglangTargetDown cannot fire" in hint("no_target", [], "colon", "sglang")
     assert "VllmTargetDown cannot fire" in hint("no_target", [], "colon")
 
 

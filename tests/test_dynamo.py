@@ -127,7 +127,7 @@ def test_capability_lines_name_what_the_frontend_cannot_observe(tmp_path: Path):
     assert "(queue_time) is not observable on Dynamo frontend 1.6.0" in text and "read on the pods (vLLM 0.33.0)" in text
 
 
-@pytest.mark.parametrize("release", ["1.5", "1.7", "0.4"])
+@pytest.mark.parametrize("release", ["1.4.2", "1.7", "0.4"])
 def test_release_outside_the_profile_is_a_located_error(release: str, tmp_path: Path):
     spec = tmp_path / "dyn.yaml"
     spec.write_text(_spec(engine_version=release))
@@ -136,7 +136,7 @@ def test_release_outside_the_profile_is_a_located_error(release: str, tmp_path: 
     assert result.exit_code == 2, result.output
     line = next(i + 1 for i, t in enumerate(spec.read_text().splitlines()) if "engine_version" in t and release in t)
     assert f"{spec}:{line}:" in result.output
-    assert f"gateway.engine_version: Dynamo frontend {release} is outside the versions genobs knows (1.6.0 to 1.6.1)" in (
+    assert f"gateway.engine_version: Dynamo frontend {release} is outside the versions genobs knows (1.5.0 to 1.6.1)" in (
         result.output
     )
     assert "Traceback" not in result.output and not out.exists()
@@ -189,7 +189,7 @@ def test_simulated_frontend_writes_only_catalog_names_with_label_model():
     assert 'error_type="overload",model="a",request_type="stream",status="error"' in body
     assert 'error_type="cancelled",model="b",request_type="stream",status="error"' in body
     with pytest.raises(ValueError, match="outside the catalog's range"):
-        DynamoFrontendSimulator("1.5", None)
+        DynamoFrontendSimulator("1.4.2", None)
 
 
 @pytest.mark.slow  # a real Alertmanager on loopback

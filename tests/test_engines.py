@@ -124,7 +124,7 @@ def test_sglang_build_prints_what_it_cannot_observe(tmp_path: Path):
             '  engine: sglang\n  engine_version: "0.4.9"\n',
             "",
             "probe.yaml:5:19: error: service.engine_version: SGLang 0.4.9 is outside the versions genobs knows "
-            "(0.5.3 to 0.5.23)",
+            "(0.4.10 to 0.5.23)",
         ),
         (
             "  engine: sglang\n",

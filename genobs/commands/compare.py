@@ -48,6 +48,24 @@ def _env(gates):
     )
 
 
+def _gateway_env(gates):
+    """The gateway's Env (its profile, release and selector; the SLOs it reads), or None."""
+    from genobs.catalog import load_catalog, parse_version
+    from genobs.gates.promtable import Env
+    from genobs.units import parse_seconds
+
+    layer = gates.plan.gateway
+    if layer is None:
+        return None
+    catalog, version = load_catalog(layer.engine), parse_version(layer.engine_version)
+    slos = tuple(
+        (s.name, s.sli, parse_seconds(s.threshold), 0.0)
+        for s in gates.spec.slos
+        if s.sli in layer.signals and s.threshold and catalog.name(s.sli, version) is not None
+    )
+    return Env(catalog, version, "colon", layer.selector, layer.models, frozenset(), slos)
+
+
 def _values(server, queries, side) -> dict[str, float | None]:
     from genobs.commands.doctor import _api
     from genobs.gates.promtable import scalar
@@ -62,7 +80,7 @@ def _values(server, queries, side) -> dict[str, float | None]:
 def _no_data(server, gates, env, side) -> None:
     """No finished request for a side: say which selector, where the series are, and doctor's hints."""
     from genobs import promql as q
-    from genobs.commands.doctor import _TITLES, _api, diagnose, hint
+    from genobs.commands.doctor import _api, diagnose, hint, title
     from genobs.gates.sides import Side
 
     span = f"the {side.window} before {_when(side.at)}"
@@ -79,13 +97,15 @@ def _no_data(server, gates, env, side) -> None:
             lines.append(f"  the spec's series carry no {label} label")
     spec_only = Side(side.name, side.text, (), side.at, side.window_s)
     equal = tuple((k, v) for k, op, v in env.matchers(spec_only) if op == "=")
-    report = diagnose(server, equal, env.models, gates.plan.raw_metrics, env.features, env.catalog.engine)
+    layer = gates.plan.gateway
+    needed = gates.plan.raw_metrics - (layer.raw_metrics if layer else frozenset())
+    report = diagnose(server, equal, env.models, needed, env.features, env.catalog.engine)
     for kind in dict.fromkeys(m.kind for m in report.missing):
         group = [m for m in report.missing if m.kind == kind]
         lines.append(
-            f"  {_TITLES[kind]} ({len(group)}: {', '.join(m.metric for m in group[:4])}{', ...' if len(group) > 4 else ''})"
+            f"  {title(kind, env.catalog.engine)} ({len(group)}: {', '.join(m.metric for m in group[:4])}{', ...' if len(group) > 4 else ''})"
         )
-        lines.append(f"    hint: {hint(kind, group, env.dialect, env.catalog.alert_prefix)}")
+        lines.append(f"    hint: {hint(kind, group, env.dialect, env.catalog.engine)}")
     if not report.missing:
         why = "the side's matchers select none of them" if side.matchers else "the range may predate the data"
         lines.append(f"  every series the spec reads exists now under the spec's selector: {why}")
@@ -125,6 +145,7 @@ def _render(gates, url, sides, rows, warnings, fmt) -> str:
     from genobs.gates.table import escape, render, strict_json
 
     bad = [r for r in rows if r.verdict in FAILING]
+    layered = gates.plan.gateway is not None
     if fmt == "json":
         doc = {
             "spec": gates.name,
@@ -141,6 +162,7 @@ def _render(gates, url, sides, rows, warnings, fmt) -> str:
                     "threshold": r.threshold,
                     "verdict": r.verdict,
                     "note": r.note,
+                    **({"layer": r.query.layer} if layered else {}),
                     "expr": {"candidate": r.query.expr},
                 }
                 for r in rows
@@ -152,7 +174,8 @@ def _render(gates, url, sides, rows, warnings, fmt) -> str:
         return strict_json(doc)
     md = fmt == "md"
     b, c = sides
-    head = escape(f"spec {gates.name} (use case {gates.use_case}, vLLM {gates.engine_version}) on {url}", fmt)
+    behind = f" behind {gates.plan.gateway.release}" if layered else ""
+    head = escape(f"spec {gates.name} (use case {gates.use_case}, {gates.plan.engine_release}{behind}) on {url}", fmt)
     lines = [f"### genobs compare: {head}" if md else head, ""]
     for s in sides:
         lines.append(f"{'- ' if md else ''}{s.name}: {escape(s.text, fmt)} (window {s.window} ending {_when(s.at)})")
@@ -167,13 +190,11 @@ def _render(gates, url, sides, rows, warnings, fmt) -> str:
             r.verdict,
             r.note,
         ]
+        + ([r.query.layer] if layered else [])
         for r in rows
     ]
-    lines.append(
-        render(
-            ["KPI", "baseline", "candidate", "change", "threshold", "verdict", "note"], cells, "md" if md else "text"
-        )
-    )
+    header = ["KPI", "baseline", "candidate", "change", "threshold", "verdict", "note"] + (["layer"] if layered else [])
+    lines.append(render(header, cells, "md" if md else "text"))
     lines.append("")
     lines += [f"warning: {escape(w, fmt)}" for w in warnings]
     regressions = [r.query.title for r in bad if r.verdict == REGRESSION]
@@ -227,7 +248,7 @@ def compare(
     from genobs.commands.promopts import server_from
     from genobs.errors import SpecError
     from genobs.gates.comparison import FAILING, failed, judge, profile_warnings
-    from genobs.gates.promtable import build_queries
+    from genobs.gates.promtable import build_queries, gateway_readable, with_gateway
     from genobs.gates.sides import SideError, parse_tolerance
     from genobs.gates.thresholds import load_gates
     from genobs.promhttp import PrometheusError
@@ -251,11 +272,16 @@ def compare(
     except SpecError as exc:
         fail_spec(exc, "nothing was compared")
     env = _env(gates)
+    gateway = _gateway_env(gates)
+    if gateway is not None and not all(gateway_readable(s) for s in sides):
+        gateway = None  # a side selects pods by a label the gateway's series do not carry
     values = {}
     try:
         server = server_from(url, **reach)
         for side in sides:
             queries = build_queries(env, side)
+            if gateway is not None:
+                queries = with_gateway(queries, gateway, side)
             values[side.name] = _values(server, queries, side)
             if not values[side.name].get("requests"):
                 _no_data(server, gates, env, side)
@@ -264,6 +290,8 @@ def compare(
     requests = tuple(values[s.name]["requests"] * s.window_s for s in sides)
     rows = judge(gates, queries, values["baseline"], values["candidate"], tol, requests)
     warnings = profile_warnings(rows, tol)
+    if gates.plan.gateway is not None and gateway is None:
+        warnings.append(f"every KPI reads the pods: a side selects by labels {gates.plan.gateway.release} does not carry")
     # the table first: a chart that cannot be drawn must not lose it
     click.echo(_render(gates, server.shown, sides, rows, warnings, fmt), nl=False)
     if plot_path is not None:

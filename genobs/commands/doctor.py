@@ -1,6 +1,7 @@
-"""`genobs doctor`: ask a live Prometheus which vLLM series it stores, in which
-metric-name dialect, and which raw metrics a spec's rules read that are missing,
-with the likely cause of each. Only the standard library (genobs/promhttp.py): no client library."""
+"""`genobs doctor`: ask a live Prometheus which engine series (vLLM, SGLang, TensorRT-LLM) it
+stores, in which metric-name dialect, and which raw metrics a spec's rules read that are missing,
+with the likely cause of each; the gateway's names under its own selector (doctor_gateway.py).
+Only the standard library (genobs/promhttp.py): no client library."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from genobs.commands.scrape_config import colon_prefix, underscore_prefix
 from genobs.errors import printable
 from genobs.promhttp import PrometheusError, Server, api
 
-# catalog key prefix -> (spec feature, how the engine is started with it)
+# catalog key prefix -> (spec feature, how vLLM is started with it)
 _FEATURE_KEYS = {
     "spec_decode_": ("speculative_decoding", "start vLLM with speculative decoding (--speculative-config)"),
     "nixl_": (
@@ -34,13 +35,13 @@ _HINTS = {
     "no_target": "No scrape target carries the spec's selector labels (`up` has no series under it, so "
     "{alert:TargetDown} cannot fire either). Name the scrape job after the selector's job and add the other selector "
     "labels as target labels (`genobs scrape-config SPEC` prints such a job), or fix service.selector.",
-    "no_series": "No vLLM series under the selector: the targets are scraped but export no engine metrics "
+    "no_series": "No {engine} series under the selector: the targets are scraped but export no engine metrics "
     "(wrong port or path, or the engine has not started), or the series live under other labels.",
     "dialect": "",  # filled in per direction
     "version": "The metric names differ from the ones service.engine_version picks: set service.engine_version "
-    "to the vLLM version that runs.",
+    "to the {engine} version that runs.",
     "feature": "A feature the spec turns on exports no series: {hows}; or turn it off in the spec ({flags}).",
-    "process": "The API server's process_* / python_gc_* series are missing: prometheus_client in multiprocess "
+    "process": "The {engine} API server's process_* / python_gc_* series are missing: prometheus_client in multiprocess "
     "mode (PROMETHEUS_MULTIPROC_DIR set, e.g. several API-server processes) does not export the process and "
     "GC collectors. Scrape them another way or ignore the RSS/GC panels and {alert:ApiServerRssGrowing}.",
     "other_exporter": "Another exporter's series (NVIDIA dcgm-exporter for features.gpu_metrics) are missing under "
@@ -133,7 +134,7 @@ def _version_note(catalog: Catalog, key: str, found: str) -> str:
     for r in m.names:
         if found in {n + s for n in (r.name, r.name.replace(":", "_")) for s in suffixes}:
             end = f" before {format_version(r.until)}" if r.until else " on"
-            return f"Prometheus has {found} (vLLM {format_version(r.since)}{end})"
+            return f"Prometheus has {found} ({catalog.display_name} {format_version(r.since)}{end})"
     return f"Prometheus has {found}"
 
 
@@ -183,7 +184,7 @@ def classify(
 
 _TITLES = {
     "no_target": "no target under the selector",
-    "no_series": "no vLLM series under the selector",
+    "no_series": "no {engine} series under the selector",
     "dialect": "metric-name dialect mismatch",
     "version": "engine version mismatch",
     "feature": "feature metrics absent",
@@ -193,8 +194,15 @@ _TITLES = {
 }
 
 
-def hint(kind: str, missing: list[Missing], spec_dialect: str, alert_prefix: str = "Vllm") -> str:
-    """What to do about the missing metrics of one kind (alerts named with the engine's `alert_prefix`)."""
+def title(kind: str, engine: str = "vllm") -> str:
+    return _TITLES[kind].format(engine=load_catalog(engine).display_name)
+
+
+def hint(kind: str, missing: list[Missing], spec_dialect: str, engine: str = "vllm") -> str:
+    """What to do about the missing metrics of one kind, in the words of the spec's engine (its
+    display name, its alert names)."""
+    catalog = load_catalog(engine)
+    name = catalog.display_name
     if kind == "dialect":
         if spec_dialect == "colon":
             return (
@@ -203,15 +211,19 @@ def hint(kind: str, missing: list[Missing], spec_dialect: str, alert_prefix: str
                 "or keep `colon` and add the metric_relabel_configs that `genobs scrape-config` prints to the scrape job."
             )
         return (
-            "Prometheus stores these names with ':' (as vLLM exposes them, or relabelled by the scrape job); "
+            f"Prometheus stores these names with ':' (as {name} exposes them, or relabelled by the scrape job); "
             "set `service.metric_names: colon` in the spec."
         )
     if kind == "feature":
         feats = sorted({m.feature for m in missing})
-        hows = "; ".join(how for f, how in _FEATURE_KEYS.values() if f in feats)
+        hows = "; ".join(
+            how if engine == "vllm" else f"start {name} with {f.replace('_', ' ')} on"
+            for f, how in _FEATURE_KEYS.values()
+            if f in feats
+        )
         flags = ", ".join(f"features.{f}: false" for f in feats)
         return _HINTS["feature"].format(hows=hows, flags=flags)
-    return naming.alert_refs(_HINTS[kind], alert_prefix)
+    return naming.alert_refs(_HINTS[kind], catalog.alert_prefix).format(engine=name)
 
 
 def _foreign(spec) -> tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...]:
@@ -271,15 +283,16 @@ def diagnose(
 # --- command ---------------------------------------------------------------------------------
 
 _DIALECT_TEXT = {
-    "colon": "colon ({c}…, as vLLM exposes them)",
+    "colon": "colon ({c}…, as {engine} exposes them)",
     "underscore": "underscore ({u}…, escaped by the scrape)",
     "both": "both colon ({c}…) and underscore ({u}…) names",
-    "none": "none: no vLLM series",
+    "none": "none: no {engine} series",
 }
 
 
 def _dialect_text(dialect: str, engine: str) -> str:
-    return _DIALECT_TEXT[dialect].format(c=colon_prefix(engine), u=underscore_prefix(engine))
+    name = load_catalog(engine).display_name
+    return _DIALECT_TEXT[dialect].format(c=colon_prefix(engine), u=underscore_prefix(engine), engine=name)
 
 
 @click.command("doctor")
@@ -287,8 +300,9 @@ def _dialect_text(dialect: str, engine: str) -> str:
 @url_option
 @prometheus_options
 def doctor(spec: Path | None, url: str, **reach) -> None:
-    """Check a live Prometheus against SPEC: which vLLM series exist, in which
-    metric-name dialect, and which raw metrics the rules need are missing.
+    """Check a live Prometheus against SPEC: which engine series exist, in which
+    metric-name dialect, and which raw metrics the rules need are missing; with a
+    `gateway:` block, the gateway's names under its selector and its name generation.
 
     Exit 0 when every raw metric is there, 1 when something is missing, 2 when the
     spec is wrong or Prometheus cannot be asked. Without SPEC it only reports the
@@ -324,43 +338,62 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
         s = doc.spec
         selector = tuple(s.service.selector.items())
         models = tuple(s.service.models)
-        needed = plan.raw_metrics
+        needed = plan.raw_metrics - (plan.gateway.raw_metrics if plan.gateway else frozenset())
         foreign = _foreign(s)
         features = frozenset(k for k, on in s.features.model_dump().items() if on)
         engine, spec_dialect = s.service.engine, s.service.metric_names
     try:
         report = diagnose(server, selector, models, needed, features, engine, foreign)
+        gateway = None
+        if plan is not None and plan.gateway is not None:
+            from genobs.commands import doctor_gateway
+
+            gateway = doctor_gateway.diagnose(server, plan.gateway)
     except PrometheusError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
 
+    name = load_catalog(engine).display_name
     click.echo(f"Prometheus {server.shown}")
-    click.echo(f"  vLLM series under {report.selector}: {len(report.present)} names")
+    click.echo(f"  {name} series under {report.selector}: {len(report.present)} names")
     click.echo(f"  dialect: {_dialect_text(report.dialect, engine)}")
     if report.elsewhere and report.dialect == "none":
         click.echo(
-            f"  {len(report.elsewhere)} other vLLM names exist outside the selector or without fresh samples "
+            f"  {len(report.elsewhere)} other {name} names exist outside the selector or without fresh samples "
             f"(dialect {dialect_of(report.elsewhere, engine)}), e.g. {printable(sorted(report.elsewhere)[0][:200])}"
         )
     if plan is None:
         sys.exit(0 if report.dialect != "none" else 1)
     click.echo(
-        f"spec {plan.name}: vLLM {plan.engine_version}, metric_names: {spec_dialect}; "
-        f"its rules read {len(needed)} raw metrics"
+        f"spec {plan.name}: {plan.engine_release}, metric_names: {spec_dialect}; "
+        f"its rules read {len(needed)} raw metrics" + (" on the pods" if gateway else "")
     )
-    if not report.missing:
-        click.echo(f"  all {len(needed)} are present")
-        sys.exit(0)
-    click.echo(f"  {len(report.missing)} missing:")
-    width = max(len(m.metric) for m in report.missing)
-    for kind in _HINTS:
-        group = [m for m in report.missing if m.kind == kind]
+    _print_missing(report.missing, len(needed), list(_HINTS), title, lambda kind, group: hint(kind, group, spec_dialect, engine), engine)
+    if gateway is not None:
+        from genobs.commands import doctor_gateway as dg
+
+        gw_engine = plan.gateway.engine
+        click.echo(f"gateway: {gateway.release} under {gateway.selector}: {len(gateway.present)} of its names live")
+        for line in dg.generation_lines(gateway, gw_engine):
+            click.echo(line)
+        click.echo(f"  its rules read {len(gateway.needed)} raw metrics under the gateway's selector")
+        _print_missing(
+            gateway.missing, len(gateway.needed), list(dg._HINTS), dg.title, lambda kind, _: dg.hint(kind, gw_engine, gateway.scraped), gw_engine
+        )
+    sys.exit(1 if report.missing or (gateway is not None and gateway.missing) else 0)
+
+
+def _print_missing(missing: list[Missing], needed: int, kinds: list[str], title_of, hint_of, engine: str) -> None:
+    if not missing:
+        click.echo(f"  all {needed} are present")
+        return
+    click.echo(f"  {len(missing)} missing:")
+    width = max(len(m.metric) for m in missing)
+    for kind in kinds:
+        group = [m for m in missing if m.kind == kind]
         if not group:
             continue
-        click.echo(f"  {_TITLES[kind]} ({len(group)}):")
+        click.echo(f"  {title_of(kind, engine)} ({len(group)}):")
         for m in group:
             click.echo(f"    {m.metric:{width}}  {m.detail}".rstrip())
-        click.echo(
-            textwrap.fill(hint(kind, group, spec_dialect, plan.alert_prefix), 100, initial_indent="    hint: ", subsequent_indent="      ")
-        )
-    sys.exit(1)
+        click.echo(textwrap.fill(hint_of(kind, group), 100, initial_indent="    hint: ", subsequent_indent="      "))

@@ -11,7 +11,13 @@ from pathlib import Path
 import click
 import yaml
 
-from genobs.catalog import ENGINES
+from genobs.catalog import ENGINES, GATEWAYS
+
+# gateway -> (its scrape job by default, what its /metrics is)
+_GATEWAY_LINES = {
+    "llm-d-epp": ("llm-d-epp", "llm-d's endpoint picker", "the endpoint picker's /metrics: port 9090, bearer token"),
+    "dynamo": ("dynamo-frontend", "NVIDIA Dynamo's frontend", "the frontend's /metrics on its HTTP port (8000)"),
+}
 
 SCHEMA_FILE = "genobs.schema.json"
 
@@ -97,8 +103,10 @@ def spec_text(
     job: str = "vllm",
     engine: str = "vllm",
     capabilities: tuple[str, ...] = (),
+    gateway: tuple[str, str | None, str] | None = None,
 ) -> str:
-    """The commented spec `genobs init` writes; no model watches every model behind the selector."""
+    """The commented spec `genobs init` writes; no model watches every model behind the selector.
+    `gateway`: (profile, release or None for the newest, scrape job) of a gateway in front of the pods."""
     preset = presets()[use_case]
     name = name or use_case
     version = engine_version or newest_version(engine)
@@ -136,6 +144,7 @@ def spec_text(
         c("  metric_names: colon", say["names"]),
         c("  min_request_rate: 0.05", "req/s below which latency and ratio alerts stay silent"),
         "",
+        *(_gateway_block(gateway, namespace) if gateway else []),
         c(f"use_case: {use_case}", "preset thresholds (override them under alerts:):"),
         *preset_lines,
         "",
@@ -148,7 +157,7 @@ def spec_text(
         c("evaluation_interval: 30s", "rule-group interval"),
         "",
         *(
-            ["# what genobs cannot observe (or only approximates) on this engine:"]
+            [f"# what genobs cannot observe (or only approximates) on this engine{' and gateway' if gateway else ''}:"]
             + [f"#   {line}" for line in capabilities]
             + [""]
             if capabilities
@@ -166,7 +175,8 @@ def spec_text(
         say["example"],
         "#   rss_growth: {enabled: false}",
         "",
-        c("# slos:", "multi-window multi-burn-rate alerts on each SLO"),
+        c("# slos:", "multi-window multi-burn-rate alerts on each SLO")
+        + ("; ttft, e2e and success read the gateway" if gateway else ""),
         "#   - name: first-token",
         "#     sli: ttft",
         c("#     threshold: 1s", "a histogram bucket boundary"),
@@ -184,6 +194,27 @@ def spec_text(
         c("  labels: {}", "e.g. {release: kube-prometheus-stack} for the operator's ruleSelector"),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _gateway_block(gateway: tuple[str, str | None, str], namespace: str | None) -> list[str]:
+    engine, version, job = gateway
+    _, what, scrape = _GATEWAY_LINES[engine]
+    from genobs.catalog import load_catalog
+
+    name = load_catalog(engine).display_name
+
+    def c(code: str, comment: str = "") -> str:
+        return f"{code:<35} # {comment}" if comment else code
+
+    return [
+        c("gateway:", "what users connect to, in front of the pods: user-facing alerts and SLOs read it"),
+        c(f"  engine: {engine}", f"{what}; the pods stay under service:"),
+        c(f"  engine_version: {_q(version or newest_version(engine))}", f"the {name} release you run: picks its metric names"),
+        c("  selector:", "target labels of the gateway's own scrape job"),
+        *([f"    namespace: {_q(namespace)}"] if namespace else ["    # namespace: llm-prod"]),
+        c(f"    job: {_q(job)}", scrape),
+        "",
+    ]
 
 
 def validate(text: str, file: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -204,6 +235,8 @@ _OPTION_OF_FIELD = (
     ("service.selector.job", "--job"),
     ("service.selector", "--namespace"),
     ("features", "--engine-version"),
+    ("gateway.engine_version", "--gateway-version"),
+    ("gateway.selector", "--gateway-job"),
 )
 
 
@@ -226,7 +259,18 @@ _OPTION_OF_FIELD = (
 @click.option(
     "--engine-version", default=None, help="Engine release, e.g. 0.11.1 (vLLM). Default: newest genobs knows."
 )
-@click.option("--namespace", default="llm-prod", show_default=True, help="Kubernetes namespace of the vLLM targets.")
+@click.option(
+    "--gateway",
+    type=click.Choice(GATEWAYS),
+    default=None,
+    help="A gateway in front of the engine pods (llm-d-epp: llm-d's endpoint picker; dynamo: Dynamo's frontend): "
+    "user-facing alerts and SLOs read it, diagnosis the pods.",
+)
+@click.option("--gateway-version", default=None, help="Gateway release, e.g. 0.10 (llm-d-router). Default: newest genobs knows.")
+@click.option(
+    "--gateway-job", default=None, help="Prometheus scrape job of the gateway. Default: llm-d-epp, or dynamo-frontend."
+)
+@click.option("--namespace", default="llm-prod", show_default=True, help="Kubernetes namespace of the engine (and gateway) targets.")
 @click.option("--job", default=None, help="Prometheus scrape job of the engine's targets. Default: the engine's name.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write to FILE, not stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
@@ -236,20 +280,31 @@ def init(
     name: str | None,
     engine: str,
     engine_version: str | None,
+    gateway: str | None,
+    gateway_version: str | None,
+    gateway_job: str | None,
     namespace: str,
     job: str | None,
     output: Path | None,
     force: bool,
 ) -> None:
-    """Write a commented starting spec for a use case (stdout, or -o FILE)."""
+    """Write a commented starting spec for a use case (stdout, or -o FILE); with --gateway, a
+    gateway in front of the engine pods."""
     job = engine if job is None else job
+    if gateway is None and (gateway_version or gateway_job):
+        raise click.UsageError(f"{'--gateway-version' if gateway_version else '--gateway-job'} needs --gateway")
+    front = None
+    if gateway is not None:
+        front = (gateway, gateway_version, _GATEWAY_LINES[gateway][0] if gateway_job is None else gateway_job)
+        if not front[2].strip():
+            raise click.BadParameter("must not be empty", param_hint="--gateway-job")
     if output is not None and output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")
     for option, value in (("--model", model), ("--job", job)):
         if not value.strip():
             raise click.BadParameter("must not be empty", param_hint=option)
     args = (use_case, model, name, engine_version, namespace, schema_ref(output))
-    text = spec_text(*args, job=job, engine=engine)
+    text = spec_text(*args, job=job, engine=engine, gateway=front)
     from genobs.errors import SpecError
 
     try:
@@ -263,7 +318,7 @@ def init(
                 click.echo(f"error: {option}: {p.message}", err=True)
         raise SystemExit(2) from None
     if warnings or capabilities:  # the same the build will print; written into the spec as comments too
-        text = spec_text(*args, warnings=warnings, job=job, engine=engine, capabilities=capabilities)
+        text = spec_text(*args, warnings=warnings, job=job, engine=engine, capabilities=capabilities, gateway=front)
         for w in warnings:
             click.echo(f"warning: {w}", err=True)
     if output is None:

@@ -24,6 +24,7 @@ class Query:
     complement: bool = False  # judge the change on 1 - value (failures), not on the value
     objective: float | None = None  # goodput rows: the SLO objective
     profile: bool = False  # describes the load, not the service: a difference is a warning
+    layer: str = "pods"  # where it is read: the engine pods, or the gateway in front of them
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,13 @@ class Env:
 
     def matchers(self, side: Side, process: bool = False) -> tuple[q.Matcher, ...]:
         """Spec selector and models, with any label the side names taken from the side instead."""
-        own = {label for label, _, _ in side.matchers}
+        wire = self.catalog.model_label  # model_name on the side is the profile's model label (Dynamo: model)
+        theirs = tuple((wire if k == "model_name" else k, op, v) for k, op, v in side.matchers)
+        own = {label for label, _, _ in theirs}
         out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector if k not in own]
-        if self.models and not process and "model_name" not in own:
-            out.append(("model_name", "=~", q.any_of(self.models)))
-        return (*out, *side.matchers)
+        if self.models and not process and wire not in own:
+            out.append((wire, "=~", q.any_of(self.models)))
+        return (*out, *theirs)
 
 
 # histogram key -> (title, alert on its p99)
@@ -72,7 +75,7 @@ def build_queries(env: Env, side: Side) -> list[Query]:
 
     def sel(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
         # the profile's own matchers: one counter read as two signals (SGLang's prefill tokens by mode)
-        return q.selector(env.metric(key, suffix), (*m, *env.catalog.metric(key).matchers, *extra))
+        return q.selector(env.metric(key, suffix), (*m, *env.catalog.metric(key).matchers_for(env.version), *extra))
 
     def sum_rate(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
         return f"sum({q.rate(sel(key, suffix, extra), w)})"
@@ -228,3 +231,65 @@ def scalar(result: list[dict]) -> float | None:
         return None
     value = float(result[0]["value"][1])
     return None if math.isnan(value) or math.isinf(value) else value
+
+
+# user-facing KPIs a gateway reads in place of the pods: query key -> (histogram key, gateway alert)
+_AT_GATEWAY = {
+    "ttft_p50": ("ttft", ""),
+    "ttft_p99": ("ttft", "GatewayTtftP99High"),
+    "e2e_p50": ("e2e", ""),
+    "e2e_p99": ("e2e", "GatewayE2eLatencyP99High"),
+}
+
+
+def gateway_readable(side: Side) -> bool:
+    """A side the gateway can select: by model, or by time only (pod labels are not on its series)."""
+    return all(label == "model_name" for label, _, _ in side.matchers)
+
+
+def with_gateway(queries: list[Query], gateway: Env, side: Side) -> list[Query]:
+    """The pods' table with TTFT, end-to-end latency and success read at the gateway, where its
+    release observes them; the rest (load, tokens, KV cache, finish reasons) stays on the pods."""
+    m, w = gateway.matchers(side), side.window
+
+    def sum_rate(key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
+        sel = q.selector(gateway.metric(key, suffix), (*m, *gateway.catalog.metric(key).matchers, *extra))
+        return f"sum({q.rate(sel, w)})"
+
+    errors = f"({sum_rate('gateway_errors')} or vector(0))"
+    out = []
+    for query in queries:
+        key, alert = _AT_GATEWAY.get(query.key, (None, ""))
+        if query.key == "availability" or (query.key == "stop_share" and not any(x.key == "availability" for x in queries)):
+            out.append(query)  # the pods' figure, then the gateway's success below it
+            out.append(
+                Query(
+                    "gateway_success",
+                    "success (answers without an error)",
+                    "ratio",
+                    "higher",
+                    f"clamp_min(1 - {q.ratio(errors, sum_rate('requests_finished'))}, 0)",
+                    alert="GatewaySuccessRatioLow",
+                    floor=0.001,
+                    complement=True,
+                    layer="gateway",
+                )
+            )
+        elif key is not None and gateway.has(key):
+            quant = float(query.key.rsplit("_p", 1)[1]) / 100
+            sel = q.selector(gateway.metric(key, "_bucket"), (*m, *gateway.catalog.metric(key).matchers))
+            expr = f"{q.quantile(quant, (), q.rate(sel, w))} >= 0"
+            out.append(Query(query.key, query.title, query.unit, query.better, expr, alert=alert, floor=query.floor, layer="gateway"))
+        elif query.key.startswith("goodput_") and query.objective is not None:
+            slo = next((s for s in gateway.slos if f"goodput_{s[0]}" == query.key), None)
+            if slo is None:
+                out.append(query)
+                continue
+            _, key, threshold, _ = slo
+            good = sum_rate(key, "_bucket", (q.le_matcher(threshold),))
+            out.append(Query(query.key, query.title, query.unit, query.better, q.ratio(good, sum_rate(key, "_count")), floor=query.floor, complement=True, objective=query.objective, layer="gateway"))
+        else:
+            out.append(query)
+    for query in out:
+        q.metric_names(query.expr)
+    return out

@@ -78,6 +78,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
                 )
             )
             return None
+    catalog = catalog.at(version)
     other = _other_version(doc, catalog, version, problems)
     if "job" not in spec.service.selector:
         problems.append(
@@ -106,7 +107,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
             problems.append(
                 doc.problem(
                     ("features", feature),
-                    f"vLLM {format_version(version)} exports no {what}; {feature} needs a version where they exist ({ranges})",
+                    f"{catalog.release(version)} exports no {what}; {feature} needs a version where they exist ({ranges})",
                 )
             )
     roles = spec.service.roles
@@ -475,6 +476,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         + tuple(_unreachable(ctx, alerts))
         + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
+        gateway=None if gw is None else gateway.layer(gw, raw),
         capabilities=tuple(capability_lines(ctx, spec.use_case))
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ()),
         engine_release=ctx.release,

@@ -74,7 +74,7 @@ def _success(ctx: Context) -> list[Query]:
 
 
 def _speed(ctx: Context) -> Query:
-    if ctx.version >= ctx.catalog.per_request_tpot_since:
+    if ctx.speed_from_tpot:
         labels = replica_labels(ctx, "tpot")
         expr = q.ratio(_rate(ctx, "tpot", "_count"), _rate(ctx, "tpot", "_sum"))
     else:

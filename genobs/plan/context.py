@@ -75,6 +75,13 @@ class Context:
         return name.replace(":", "_") if self.dialect == "underscore" else name
 
     @property
+    def speed_from_tpot(self) -> bool:
+        """Per-user output speed is 1 / mean TPOT where the release has a per-request TPOT, or where
+        it has no decode-time histogram to divide tokens by (SGLang before 0.5.22: the inter-token
+        histogram stands in, observed once per token of each streamed chunk)."""
+        return self.version >= self.catalog.per_request_tpot_since or not self.has("decode_time")
+
+    @property
     def finished_key(self) -> str:
         """The counter of finished requests: by finish reason where the engine has one (vLLM,
         TensorRT-LLM), else its plain count (SGLang)."""
@@ -155,12 +162,12 @@ class Context:
         metric = self.catalog.metric(key)
         if metric.label_aliases:
             extra = tuple((metric.wire_label(label), op, value) for label, op, value in extra)
-        matchers = self.raw_matchers(self.is_process(key), models) + metric.matchers + extra
-        names = [self.metric(key, suffix)]
+        base = self.raw_matchers(self.is_process(key), models)
+        out = [q.selector(self.metric(key, suffix), base + metric.matchers_for(self.version) + extra)]
         other = self.renamed(key)
-        if other is not None:
-            names.append(other + suffix)
-        return [q.selector(name, matchers) for name in names]
+        if other is not None and self.other_version is not None:
+            out.append(q.selector(other + suffix, base + metric.matchers_for(self.other_version) + extra))
+        return out
 
     def raw(
         self,

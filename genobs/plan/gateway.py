@@ -21,7 +21,17 @@ from genobs.errors import Problem
 from genobs.plan import liveness
 from genobs.plan.alerts import Resolved, format_threshold, labels_template, signal_data
 from genobs.plan.context import Context
-from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, RuleGroup, RunbookEntry, Severity, Target
+from genobs.plan.model import (
+    AlertRule,
+    GatewayLayer,
+    Panel,
+    RecordingRule,
+    Row,
+    RuleGroup,
+    RunbookEntry,
+    Severity,
+    Target,
+)
 from genobs.plan.recorder import Recorder
 from genobs.plan.recording import _histogram
 from genobs.plan.slo import long_interval
@@ -56,6 +66,7 @@ def gateway_context(doc, ctx: Context, problems: list[Problem]) -> Context | Non
                 )
             )
             return None
+    catalog = catalog.at(version)
     if "job" not in gw.selector:
         problems.append(
             doc.problem(
@@ -425,6 +436,21 @@ def build_gateway(
         taken_over=covered(gctx),
         raw=frozenset(gctx.catalog.names_for(gctx.version)),
         names=dict(r.names),
+    )
+
+
+def layer(gw: GatewayPlan, raw: frozenset[str]) -> GatewayLayer:
+    """What the live-Prometheus commands need of the gateway; `raw`: every raw name the plan reads."""
+    g = gw.ctx
+    signals = {a["signal"] for a in gateway_data()["alerts"].values() if a.get("histogram") is None or g.has(a["histogram"])}
+    return GatewayLayer(
+        engine=g.catalog.engine,
+        engine_version=g.version_text,
+        release=g.release,
+        selector=g.selector,
+        models=g.models,
+        raw_metrics=raw & gw.raw,
+        signals=frozenset(signals),
     )
 
 

@@ -148,6 +148,21 @@ class Annotation:
 
 
 @dataclass(frozen=True)
+class GatewayLayer:
+    """The user-facing layer in front of the pods, as the commands that talk to a live
+    Prometheus (doctor, compare, scrape-config) need it: its profile, release and scrape selector,
+    and the raw names its rules read under that selector."""
+
+    engine: str  # its profile: genobs/data/<engine>.yaml
+    engine_version: str  # '0.10.0'
+    release: str  # 'llm-d EPP 0.10.0'
+    selector: tuple[tuple[str, str], ...]
+    models: tuple[str, ...]
+    raw_metrics: frozenset[str]  # read under `selector`, never under the pods' selector
+    signals: frozenset[str]  # user-facing signals its rules read (ttft, e2e, success)
+
+
+@dataclass(frozen=True)
 class Plan:
     name: str
     title: str
@@ -175,6 +190,7 @@ class Plan:
     approximations: tuple[tuple[str, str], ...] = ()
     raw_metrics: frozenset[str] = field(default_factory=frozenset)
     alert_prefix: str = ""  # the engine profile's prefix of pod-level alert names (naming.alert)
+    gateway: GatewayLayer | None = None  # spec `gateway:`; its raw names are also in raw_metrics
     global_slos: tuple[str, ...] = ()  # SLOs of `scope: global`: one over every cluster (tiers.py runs them global)
 
     @property

@@ -162,7 +162,7 @@ def output_speed(r: Recorder) -> str:
     one observes engine steps, and with speculative decoding a step emits 1 + accepted tokens, so
     1 / mean ITL undercounts what users get by the mean acceptance length."""
     ctx = r.ctx
-    if ctx.version >= ctx.catalog.per_request_tpot_since:
+    if ctx.speed_from_tpot:
         # 1 / mean TPOT; TPOT = decode time / (generated tokens - 1), one observation per request
         # (from the recorded mean: the raw _sum is read once)
         return q.ratio("1", r.ref("tpot_mean"))

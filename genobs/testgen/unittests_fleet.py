@@ -467,7 +467,7 @@ def accepted_at(fleet: Fleet, position: int) -> float:
 def hist_sum_rate(ctx: Context, fleet: Fleet, key: str) -> Fraction:
     """Observed values per second of a histogram: every observation at the upper bound of its
     bucket (the last finite bound for +Inf), except where the per-user output speed is set."""
-    per_request = ctx.version >= ctx.catalog.per_request_tpot_since
+    per_request = ctx.speed_from_tpot
     if key == "itl":
         return Fraction(TOKENS) / Fraction(fleet.speed)
     if key == "tpot" and per_request:  # mean TPOT = 1 / speed

@@ -214,7 +214,7 @@ _SUCCESS = Probe("group", success_value, _success_fault, lambda env, _: range(RE
 
 def _speed_value(env: Env, fleet: Fleet, at: int) -> float:
     ctx = env.ctx
-    if ctx.version >= ctx.catalog.per_request_tpot_since:  # 1 / mean TPOT
+    if ctx.speed_from_tpot:  # 1 / mean TPOT
         return env.rate(REQUESTS, at) / env.rate(hist_sum_rate(ctx, fleet, "tpot"), at)
     generated = env.rate(hist_sum_rate(ctx, fleet, "generation_length"), at) - env.rate(REQUESTS, at)
     return generated / env.rate(hist_sum_rate(ctx, fleet, "decode_time"), at)
