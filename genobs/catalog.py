@@ -146,6 +146,7 @@ class Catalog:
     # from this release the failed-transfer counter also counts failed notifications
     nixl_failures_include_notifications_since: Version = (0, 33, 0)
     display_name: str = "vLLM"
+    alert_prefix: str = ""  # engine profiles: the prefix of pod-level alert names (Vllm, Sglang)
     rank_label: str | None = "engine"  # the label of one engine (data-parallel rank) of a replica
     rank_labels_summed: tuple[str, ...] = ("engine",)  # labels every query aggregates away
     # signal (signals.yaml vocabulary) -> why this engine cannot back its alerts
@@ -289,6 +290,7 @@ def _build(raw: dict) -> Catalog:
             _opt_version(raw.get("nixl_failures_include_notifications_since")) or (0, 0, 0)
         ),
         display_name=raw.get("display_name", raw["engine"]),
+        alert_prefix=str(raw.get("alert_prefix", "")),
         rank_label=rank_label,
         rank_labels_summed=tuple(raw.get("rank_labels_summed", [rank_label] if rank_label else [])),
         # the newest release's notes unless a caller asks for another (Catalog.at)

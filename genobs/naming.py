@@ -36,6 +36,21 @@ def rule_file(spec_name: str, group_name: str) -> str:
     return f"{part}.rules.yaml"
 
 
+_ALERT_REF = re.compile(r"\{alert:([A-Za-z0-9]+)\}")
+
+
+def alert(prefix: str, key: str) -> str:
+    """'Sglang', 'TtftP99High' -> 'SglangTtftP99High': the emitted name of a pod-level alert,
+    from its engine-neutral key (signals.yaml, capacity.yaml) and the engine profile's
+    alert_prefix. Every rule, test, inhibition, runbook heading and text takes it from here."""
+    return f"{prefix}{key}"
+
+
+def alert_refs(text: str, prefix: str) -> str:
+    """Fill the {alert:Key} references of a handbook text with the engine's alert names."""
+    return _ALERT_REF.sub(lambda m: alert(prefix, m.group(1)), text)
+
+
 def anchor(title: str) -> str:
     """GitHub-style heading anchor; runbook headings are alert names, so anchors match."""
     text = title.strip().lower()

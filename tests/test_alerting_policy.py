@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from genobs import naming
+from genobs.catalog import load_catalog
 from genobs.compiler import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = (REPO / "docs" / "alerting-policy.md").read_text()
 SIGNALS = yaml.safe_load((REPO / "genobs" / "data" / "signals.yaml").read_text())
+CAPACITY = yaml.safe_load((REPO / "genobs" / "data" / "capacity.yaml").read_text())
 PRESETS = yaml.safe_load((REPO / "genobs" / "data" / "presets.yaml").read_text())
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
 
@@ -30,7 +33,27 @@ def ticks(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
 
 
-PAGES = {ticks(row[0])[0]: ticks(row[2]) for row in section("1.") if ticks(row[0])}
+# the policy names pod-level alerts as vLLM does (VllmTtftP99High); other engines put their
+# profile's prefix before the same key (SglangTtftP99High): the tables hold keys once
+VLLM = load_catalog("vllm").alert_prefix
+
+
+def _is_key(key: str) -> bool:
+    return key in SIGNALS["alerts"] or key in CAPACITY["alerts"]
+
+
+def policy_key(name: str) -> str:
+    """A pod-level alert name of the policy's tables as its engine-neutral key (signals.yaml)."""
+    key = name.removeprefix(VLLM)
+    return key if _is_key(key) else name
+
+
+def engine_name(key: str, prefix: str) -> str:
+    """A key (or a Gateway* / Slo* name) of the policy's tables as the engine of `prefix` emits it."""
+    return naming.alert(prefix, key) if _is_key(key) else key
+
+
+PAGES = {ticks(row[0])[0]: [policy_key(n) for n in ticks(row[2])] for row in section("1.") if ticks(row[0])}
 CAUSES = {name for row in section("2.") for name in ticks(row[0])}
 
 
@@ -44,6 +67,7 @@ def generated_alerts(spec: Path) -> list[dict]:
 
 def test_the_policy_and_the_planner_name_the_same_symptoms() -> None:
     assert set(PAGES) == set(SIGNALS["symptoms"])
+    assert all(not n.startswith(VLLM) for keys in PAGES.values() for n in keys), "a vLLM name that is no alert key"
     for name, alert in SIGNALS["alerts"].items():
         if "protects" in alert:
             assert name in PAGES[alert["protects"]], f"{name} pages for {alert['protects']}: list it in the policy"
@@ -70,6 +94,7 @@ def test_every_page_protects_a_symptom(spec: Path) -> None:
     }
     pages = [a for a in generated_alerts(spec) if a["labels"]["severity"] == "critical"]
     assert pages, f"{spec.name}: no alert pages at all"
+    prefix = load_catalog(yaml.safe_load(spec.read_text())["service"].get("engine", "vllm")).alert_prefix
     texts = {key: SIGNALS["symptoms"][key] for key in PAGES}
     for a in generated_alerts(spec):
         name, protects = a["alert"], a["annotations"].get("protects")
@@ -85,7 +110,8 @@ def test_every_page_protects_a_symptom(spec: Path) -> None:
             continue
         key = next((k for k, t in texts.items() if t == protects), None)
         assert key is not None, f"{name}: protects {protects!r}, not a symptom of the policy"
-        assert name in PAGES[key], f"{name} pages for {key}, which the policy does not allow"
+        allowed = {engine_name(n, prefix) for n in PAGES[key]}
+        assert name in allowed, f"{name} pages for {key}, which the policy does not allow ({sorted(allowed)})"
 
 
 def spec_text(alerts: str = "") -> str:
@@ -117,3 +143,11 @@ def test_causes_warn_unless_the_spec_raises_them() -> None:
         "alerts.kv_cache.critical: VllmKvCacheSaturated pages on a cause, not on a symptom users feel, because "
         "the spec sets its critical threshold (see docs/alerting-policy.md)"
     ]
+
+
+def test_policy_names_follow_the_engine() -> None:
+    """The tables name vLLM's alerts; an SGLang spec pages under the same keys with its own prefix."""
+    _, plan = load_plan(text=spec_text().replace("engine: vllm", "engine: sglang").replace('"0.33"', '"0.5.23"'), file="p.yaml")
+    names = {a.name for a in plan.alerts if a.severity == "critical"}
+    assert names == {"SglangTtftP99High", "SglangItlP99High", "SglangServingCapacityLost", "SglangFleetNoProgress"}
+    assert names <= {engine_name(n, "Sglang") for keys in PAGES.values() for n in keys}

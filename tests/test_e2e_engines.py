@@ -48,6 +48,7 @@ FAULTS = {
     },
 }
 BANNER = {"sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.2.1"}
+PREFIX = {"sglang": "Sglang", "trtllm": "Trtllm"}  # the engine's alert names (CHANGELOG: no Vllm* on them)
 DEADLINE = 150.0
 WARMUP = 75.0
 
@@ -128,8 +129,13 @@ def test_each_fault_raises_its_alert(run) -> None:
     for scenario, signal in sorted(FAULTS[engine].items()):
         model = f"m-{scenario}"
 
-        if alert_raised(prom, model, "signal", signal, prom.started + DEADLINE) is None:
+        raised = alert_raised(prom, model, "signal", signal, prom.started + DEADLINE)
+        if raised is None:
             missing.append(f"{scenario}: no {signal} alert for {model}")
+            continue
+        # the pod-level alerts of the signal (an SLO's burn carries the signal too, and is Slo*)
+        names = {a["labels"]["alertname"] for a in raised if a["labels"].get("signal") == signal and "slo" not in a["labels"]}
+        missing += [f"{scenario}: {n} is not named for {engine}" for n in names if not n.startswith(PREFIX[engine])]
     assert not missing, f"{missing}; active: {active_alerts(prom)}"
 
 

@@ -66,7 +66,7 @@ def test_sglang_pd_spec_reads_kv_transfer_on_the_prefill_servers():
     """The SGLang P/D example alerts on the KV transfer, from the prefill body's series only."""
     _, plan = load_plan(REPO / "specs" / "sglang-pd.yaml")
     alerts = {r.name for g in plan.groups for r in g.rules if not isinstance(r, RecordingRule)}
-    assert {"VllmNixlTransferTimeP99High", "VllmNixlTransfersFailing"} <= alerts
+    assert {"SglangNixlTransferTimeP99High", "SglangNixlTransfersFailing"} <= alerts
     prefill = body_names("sglang_0.5.23_pd_prefill_exposition.txt")
     decode = body_names("sglang_0.5.23_pd_decode_exposition.txt")
     kv = {n for n in read_names(REPO / "specs" / "sglang-pd.yaml") if "transfer" in n}
@@ -131,7 +131,8 @@ def test_sglang_build_prints_what_it_cannot_observe(tmp_path: Path):
     assert any("Success rate (success) is not observable on SGLang 0.5.23" in n for n in notes)
     assert any("Preemptions (preemptions) is an approximation on SGLang 0.5.23" in n for n in notes)
     rules = (out / "probe" / "prometheus" / "alerts.rules.yaml").read_text()
-    assert "VllmLengthFinishRatioHigh" not in rules and "VllmSuccessRatioLow" not in rules
+    assert "SglangTtftP99High" in rules  # the engine's own alert names (below: the ones it cannot back)
+    assert "SglangLengthFinishRatioHigh" not in rules and "SglangSuccessRatioLow" not in rules
     assert "Approximation on SGLang 0.5.23: SGLang counts retractions" in rules
     runbook = (out / "probe" / "RUNBOOK.md").read_text()
     assert "## What SGLang 0.5.23 can observe" in runbook
@@ -240,8 +241,8 @@ def test_trtllm_build_reads_cancelled_as_aborts_and_5xx_as_failures(tmp_path: Pa
     assert 'finished_reason="cancelled"' in rules
     assert 'trtllm_request_error_total{job="llm",model_name=~"m",http_code=~"5.."}' in rules
     alerts = (out / "probe" / "prometheus" / "alerts.rules.yaml").read_text()
-    assert "VllmSuccessRatioLow" in alerts and "VllmItlP99High" not in alerts
-    assert "VllmPreemptionsSustained" not in alerts
+    assert "TrtllmSuccessRatioLow" in alerts and "TrtllmItlP99High" not in alerts
+    assert "TrtllmPreemptionsSustained" not in alerts
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINE_SPECS))

@@ -131,7 +131,7 @@ def _bucket_series(per_minute: dict[str, int], total_ms: int) -> list[dict]:
 
 def _alert_description(value: str) -> str:
     rules = yaml.safe_load((PD / "alerts.rules.yaml").read_text())
-    rule = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "VllmNixlTransferTimeP99High")
+    rule = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "SglangNixlTransferTimeP99High")
     text = rule["annotations"]["description"]
     for label, v in (("model_name", "meta-llama/Llama-3.1-8B-Instruct"), ("namespace", "llm-prod"), ("job", "sglang-pd")):
         text = text.replace(f"{{{{ $labels.{label} }}}}", v)
@@ -156,7 +156,7 @@ def test_recorded_kv_transfer_p99_is_in_seconds(tmp_path: Path, promtool: str):
             ],
             "alert_rule_test": [
                 {
-                    "alertname": "VllmNixlTransferTimeP99High",
+                    "alertname": "SglangNixlTransferTimeP99High",
                     "eval_time": "20m",
                     "exp_alerts": [
                         {
@@ -164,7 +164,7 @@ def test_recorded_kv_transfer_p99_is_in_seconds(tmp_path: Path, promtool: str):
                             "exp_annotations": {
                                 "summary": "NIXL KV transfer p99 above 500ms",
                                 "description": _alert_description("2.5s"),
-                                "runbook_url": "https://git.example.com/sre/llm-observability/blob/main/out/sglang-pd/RUNBOOK.md#vllmnixltransfertimep99high",
+                                "runbook_url": "https://git.example.com/sre/llm-observability/blob/main/out/sglang-pd/RUNBOOK.md#sglangnixltransfertimep99high",
                             },
                         }
                     ],
@@ -177,7 +177,7 @@ def test_recorded_kv_transfer_p99_is_in_seconds(tmp_path: Path, promtool: str):
             "promql_expr_test": [
                 {"expr": f"round({p99}, 0.0001)", "eval_time": "20m", "exp_samples": [{"labels": _text(labels), "value": 0.0285}]}
             ],
-            "alert_rule_test": [{"alertname": "VllmNixlTransferTimeP99High", "eval_time": "20m", "exp_alerts": []}],
+            "alert_rule_test": [{"alertname": "SglangNixlTransferTimeP99High", "eval_time": "20m", "exp_alerts": []}],
         },
     ]
     path = tmp_path / "kv.test.yaml"

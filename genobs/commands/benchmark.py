@@ -29,8 +29,8 @@ def _plot(report, path: Path) -> None:
             f"(got {len(runs)} run(s): concurrency {', '.join(str(r.workload.concurrency) for r in runs)})"
         )
     spec = report.spec
-    alert = gate_data()["plot"]["per_user_alert"]
-    level = spec.gate(alert)
+    key = gate_data()["plot"]["per_user_alert"]
+    level, alert = spec.gate(key), spec.alert_name(key)
 
     def value(run, metric, stats):
         found = run.get(metric, stats)

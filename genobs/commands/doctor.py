@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from genobs import naming
 from genobs import promql as q
 from genobs.catalog import Catalog, format_version, load_catalog
 from genobs.commands.promopts import prometheus_options, server_from, url_option
@@ -32,7 +33,7 @@ _FEATURE_KEYS = {
 
 _HINTS = {
     "no_target": "No scrape target carries the spec's selector labels (`up` has no series under it, so "
-    "VllmTargetDown cannot fire either). Name the scrape job after the selector's job and add the other selector "
+    "{alert:TargetDown} cannot fire either). Name the scrape job after the selector's job and add the other selector "
     "labels as target labels (`genobs scrape-config SPEC` prints such a job), or fix service.selector.",
     "no_series": "No {engine} series under the selector: the targets are scraped but export no engine metrics "
     "(wrong port or path, or the engine has not started), or the series live under other labels.",
@@ -42,7 +43,7 @@ _HINTS = {
     "feature": "A feature the spec turns on exports no series: {hows}; or turn it off in the spec ({flags}).",
     "process": "The {engine} API server's process_* / python_gc_* series are missing: prometheus_client in multiprocess "
     "mode (PROMETHEUS_MULTIPROC_DIR set, e.g. several API-server processes) does not export the process and "
-    "GC collectors. Scrape them another way or ignore the RSS/GC panels and VllmApiServerRssGrowing.",
+    "GC collectors. Scrape them another way or ignore the RSS/GC panels and {alert:ApiServerRssGrowing}.",
     "other_exporter": "Another exporter's series (NVIDIA dcgm-exporter for features.gpu_metrics) are missing under "
     "features.gpu_metrics.selector: scrape the exporter in a job those labels match, or fix the selector; the GPU "
     "alerts stay silent without them.",
@@ -198,8 +199,10 @@ def title(kind: str, engine: str = "vllm") -> str:
 
 
 def hint(kind: str, missing: list[Missing], spec_dialect: str, engine: str = "vllm") -> str:
-    """What to do about the missing metrics of one kind, in the words of the spec's engine."""
-    name = load_catalog(engine).display_name
+    """What to do about the missing metrics of one kind, in the words of the spec's engine (its
+    display name, its alert names)."""
+    catalog = load_catalog(engine)
+    name = catalog.display_name
     if kind == "dialect":
         if spec_dialect == "colon":
             return (
@@ -220,7 +223,7 @@ def hint(kind: str, missing: list[Missing], spec_dialect: str, engine: str = "vl
         )
         flags = ", ".join(f"features.{f}: false" for f in feats)
         return _HINTS["feature"].format(hows=hows, flags=flags)
-    return _HINTS[kind].format(engine=name)
+    return naming.alert_refs(_HINTS[kind], catalog.alert_prefix).format(engine=name)
 
 
 def _foreign(spec) -> tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...]:

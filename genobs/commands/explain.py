@@ -12,6 +12,8 @@ from pathlib import Path
 import click
 import yaml
 
+from genobs import naming
+
 DEFAULT_SPEC_FILE = "<built-in chat spec>"
 
 
@@ -24,10 +26,11 @@ def signal_data() -> dict:
     return {key: {**base[key], **extra[key]} for key in ("signals", "alerts")}
 
 
-def known_names() -> list[str]:
-    """Every alert and signal name genobs knows without a spec (for completion and hints)."""
+def known_names(alert_prefix: str = "Vllm") -> list[str]:
+    """Every alert and signal name genobs knows without a spec (for completion and hints), the
+    alerts named as the engine of `alert_prefix` names them (vLLM's by default)."""
     data = signal_data()
-    return [*data["alerts"], *data["signals"]]
+    return [*(naming.alert(alert_prefix, key) for key in data["alerts"]), *data["signals"]]
 
 
 @dataclass(frozen=True)
@@ -35,17 +38,23 @@ class Match:
     kind: str  # "alert" | "signal"
     name: str
     signal: str
+    key: str = ""  # an alert's engine-neutral key (signals.yaml, capacity.yaml)
+
+
+def _alert_keys(plan) -> dict[str, tuple[str, str]]:
+    """Alert name -> (key, signal): the plan's alerts, then every built-in one under the plan's prefix."""
+    out = {a.name: (a.key, a.signal) for a in plan.alerts}
+    for key, a in signal_data()["alerts"].items():
+        out.setdefault(naming.alert(plan.alert_prefix, key), (key, a["signal"]))
+    return out
 
 
 def resolve(name: str, plan) -> Match | None:
     data = signal_data()
-    alerts = {a.name: a.signal for a in plan.alerts}
-    for n, a in data["alerts"].items():
-        alerts.setdefault(n, a["signal"])
     lower = name.strip().lower()
-    for n, signal in alerts.items():
+    for n, (key, signal) in _alert_keys(plan).items():
         if n.lower() == lower:
-            return Match("alert", n, signal)
+            return Match("alert", n, signal, key)
     for s in data["signals"]:
         if s.lower() == lower.replace("-", "_"):
             return Match("signal", s, s)
@@ -53,7 +62,7 @@ def resolve(name: str, plan) -> Match | None:
 
 
 def suggestions(name: str, plan) -> list[str]:
-    names = sorted({*known_names(), *(a.name for a in plan.alerts)})
+    names = sorted({*known_names(plan.alert_prefix), *(a.name for a in plan.alerts)})
     by_lower = {n.lower(): n for n in names}
     return [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=2, cutoff=0.6)]
 
@@ -97,14 +106,14 @@ def _recorded_inputs(plan, exprs: list[str]) -> list:
 def explain_alert(name: str, plan, spec_label: str) -> str:
     data = signal_data()
     rules = [a for a in plan.alerts if a.name == name]
-    signal = rules[0].signal if rules else data["alerts"][name]["signal"]
+    key, signal = _alert_keys(plan)[name]
     from genobs.plan.alerts import handbook
 
-    info = _handbook(plan).get(name) or handbook(data, name, signal)
+    info = _handbook(plan).get(name) or _named(handbook(data, key, signal), plan.alert_prefix)
     out = [f"{name} - {info.get('title') or signal} (signal {signal})", f"spec: {spec_label}", ""]
     out += ["What it watches", _wrap(info.get("meaning") or rules[0].summary if rules else info.get("meaning")), ""]
     if not rules:
-        defaults = data["alerts"].get(name, {})
+        defaults = data["alerts"].get(key, {})
         out.append("Not generated for this spec" + _absent_reason(signal, plan) + ".")
         if defaults.get("thresholds"):
             levels = ", ".join(f"{sev} {value}" for sev, value in defaults.get("thresholds", {}).items())
@@ -139,6 +148,12 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
     if checks:
         out += ["", "Check next"] + [f"  - {c}" for c in checks]
     return "\n".join(out) + "\n"
+
+
+def _named(info: dict, alert_prefix: str) -> dict:
+    """A built-in handbook entry with the alerts it names ({alert:Key}) named for the engine."""
+    fill = lambda text: naming.alert_refs(str(text), alert_prefix) if text else text  # noqa: E731
+    return {k: [fill(c) for c in v] if isinstance(v, list) else fill(v) for k, v in info.items()}
 
 
 def _absent_reason(signal: str, plan) -> str:
@@ -195,7 +210,11 @@ def default_plan():
 
 
 def _complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    return [n for n in known_names() if n.lower().startswith(incomplete.lower())]
+    """Alert names of every engine (VllmTtftP99High, SglangTtftP99High, ...) and the signals."""
+    from genobs.catalog import ENGINES, load_catalog
+
+    names = dict.fromkeys(n for e in ENGINES for n in known_names(load_catalog(e).alert_prefix))
+    return [n for n in names if n.lower().startswith(incomplete.lower())]
 
 
 @click.command()
@@ -208,7 +227,7 @@ def _complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> li
     help="Spec whose plan supplies PromQL and thresholds. Default: a built-in chat spec.",
 )
 def explain(name: str | None, spec: Path | None) -> None:
-    """Explain NAME (an alert such as VllmTtftP99High, or a signal such as ttft):
+    """Explain NAME (an alert such as VllmTtftP99High, SglangTtftP99High on SGLang, or a signal such as ttft):
     what it watches, its PromQL, thresholds per severity, `for` and the first
     action. Without NAME, list every alert and signal."""
     from genobs.compiler import load_plan

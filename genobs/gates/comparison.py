@@ -86,7 +86,7 @@ def judge(
         level = gates.gate(q.alert) if q.alert else None
         if level is not None:
             sign = "≤" if level.comparator == ">" else "≥"
-            row.threshold = f"{sign} {level.text} ({q.alert} {level.severity})"
+            row.threshold = f"{sign} {level.text} ({gates.alert_name(q.alert)} {level.severity})"
         elif q.objective is not None:
             row.threshold = f"≥ {q.objective * 100:g} % (SLO objective)"
         if q.better == "none":

@@ -98,8 +98,8 @@ def _missing_note(run: Run, metric: str) -> str:
 
 
 def _alert_row(spec: SpecGates, run: Run, kpi: dict, row: Row) -> Row:
-    alert = kpi["alert"]
-    level = spec.gate(alert)
+    level = spec.gate(kpi["alert"])
+    alert = spec.alert_name(kpi["alert"])
     if level is None:
         row.threshold = f"none ({alert} is off in spec {spec.name})"
         return row
@@ -108,7 +108,7 @@ def _alert_row(spec: SpecGates, run: Run, kpi: dict, row: Row) -> Row:
         row.verdict, row.note = NO_DATA, row.note or _missing_note(run, kpi["metric"])
         return row
     row.verdict = FAIL if level.breached(row.value) else PASS
-    critical = spec.level(alert, "critical")
+    critical = spec.level(kpi["alert"], "critical")
     if row.verdict == FAIL and critical is not None and critical.breached(row.value):
         row.note = f"beyond the critical level too ({critical.comparator} {critical.text})"
     return row
@@ -118,11 +118,12 @@ def _prefill_row(spec: SpecGates, run: Run, kpi: dict, row: Row) -> Row:
     ref = gate_data()["rules"]["prefill_for_reference_input"]["reference_input_tokens"]
     level = spec.gate(kpi["alert"])
     if level is None:
-        row.threshold = f"none ({kpi['alert']} is off in spec {spec.name})"
+        row.threshold = f"none ({spec.alert_name(kpi['alert'])} is off in spec {spec.name})"
         return row
     need = ref / level.value
     row.threshold = (
-        f"≥ {fmt(need, row.unit)} ({ref:,}-token input within TTFT {level.text}, {kpi['alert']} {level.severity})"
+        f"≥ {fmt(need, row.unit)} ({ref:,}-token input within TTFT {level.text}, "
+        f"{spec.alert_name(kpi['alert'])} {level.severity})"
     )
     if row.value is None:
         row.verdict, row.note = NO_DATA, row.note or _missing_note(run, kpi["metric"])

@@ -62,11 +62,11 @@ class Env:
 
 # histogram key -> (title, alert on its p99)
 LATENCIES = {
-    "ttft": ("TTFT", "VllmTtftP99High"),
-    "itl": ("ITL", "VllmItlP99High"),
+    "ttft": ("TTFT", "TtftP99High"),
+    "itl": ("ITL", "ItlP99High"),
     "tpot": ("TPOT", ""),
-    "e2e": ("E2E latency", "VllmE2eLatencyP99High"),
-    "queue_time": ("queue time", "VllmQueueTimeP99High"),
+    "e2e": ("E2E latency", "E2eLatencyP99High"),
+    "queue_time": ("queue time", "QueueTimeP99High"),
 }
 
 
@@ -99,7 +99,7 @@ def build_queries(env: Env, side: Side) -> list[Query]:
                     f"({sum_rate('request_success', extra=(('finished_reason', '=', 'stop'),))} or vector(0))",
                     finished,
                 ),
-                alert="VllmSuccessRatioLow",
+                alert="SuccessRatioLow",
                 floor=0.001,
                 complement=True,
             ),
@@ -154,7 +154,7 @@ def build_queries(env: Env, side: Side) -> list[Query]:
             "tok/s/user",
             "higher",
             q.ratio(sum_rate(speed_key, "_count"), sum_rate(speed_key, "_sum")),
-            alert="VllmOutputSpeedPerUserLow",
+            alert="OutputSpeedPerUserLow",
             floor=0.1,
         )
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genobs import data as data_files
+from genobs import naming
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,13 @@ class SpecGates:
     name: str
     use_case: str
     engine_version: str
-    levels: dict[str, tuple[Level, ...]]  # alert name -> levels, warning first
+    levels: dict[str, tuple[Level, ...]]  # alert key (gates.yaml: TtftP99High) -> levels, warning first
     plan: object  # genobs.plan.model.Plan
     spec: object = None  # genobs.spec.Spec the plan was built from
+
+    def alert_name(self, key: str) -> str:
+        """The alert as the spec's engine names it (VllmTtftP99High, SglangTtftP99High)."""
+        return naming.alert(getattr(self.plan, "alert_prefix", ""), key)
 
     def gate(self, alert: str) -> Level | None:
         """The level that gates: warning (the sources' warning threshold), else the first one."""
@@ -54,7 +59,7 @@ def load_gates(spec: Path) -> SpecGates:
     for a in plan.alerts:
         if a.threshold is None or not a.comparator:
             continue
-        levels.setdefault(a.name, []).append(Level(a.severity, a.threshold, a.comparator, a.threshold_text))
+        levels.setdefault(a.key, []).append(Level(a.severity, a.threshold, a.comparator, a.threshold_text))
     return SpecGates(
         name=plan.name,
         use_case=plan.use_case,

@@ -158,18 +158,19 @@ def _lines(alerts: list[AlertRule]) -> dict[str, tuple]:
     out: dict[str, list] = {}
     bad: dict[str, str] = {}
     for a in alerts:
-        if a.threshold is not None and a.name == _primary(a.signal):
+        if a.threshold is not None and a.key == _primary(a.signal):
             out.setdefault(a.signal, []).append((a.severity, a.threshold))
             bad[a.signal] = "below" if a.comparator == "<" else "above"
     return {k: threshold_steps(v, bad[k]) for k, v in out.items()}
 
 
 def _primary(signal: str) -> str:
+    """The key of the signal's primary alert (signals.yaml)."""
     return next(n for n, a in signal_data()["alerts"].items() if a["signal"] == signal and a.get("primary"))
 
 
 def _runbook(alerts: list[AlertRule], ctx: Context, rec) -> tuple[RunbookEntry, ...]:
-    entries = runbook_entries(alerts, signal_data(), lambda alert: confirm_queries(ctx, rec, alert))
+    entries = runbook_entries(alerts, signal_data(), ctx, lambda key: confirm_queries(ctx, rec, key))
     return tuple(_with_caveat(e, ctx) for e in entries)
 
 
@@ -210,7 +211,7 @@ def _unreachable(ctx: Context, alerts: list[AlertRule]) -> list[str]:
     """histogram_quantile never returns more than the largest finite bucket bound."""
     out = []
     for a in alerts:
-        key = LATENCY_ALERTS.get(a.name, (None,))[0]
+        key = LATENCY_ALERTS.get(a.key, (None,))[0]
         if key is None or a.threshold is None:
             continue
         top = max(ctx.catalog.metric(key).buckets_for(ctx.version), default=None)
@@ -229,7 +230,7 @@ def _feature_notes(ctx: Context, rec) -> list[str]:
         return out  # said in the capability lines
     if "speculative_decoding" in ctx.features and "spec_alpha" not in rec.names:
         out.append(
-            f"VllmSpecDecodeAcceptanceLow is not generated: vLLM {ctx.version_text} exports no per-position "
+            f"{ctx.alert('SpecDecodeAcceptanceLow')} is not generated: vLLM {ctx.version_text} exports no per-position "
             "acceptance counts (from 0.8.5), only accepted / draft tokens, which is below alpha by construction; "
             "the dashboard still shows that ratio"
         )
@@ -356,10 +357,10 @@ def _runbook_notes(base_url: str) -> list[str]:
     ]
 
 
-def _policy_notes(resolved) -> list[str]:
+def _policy_notes(ctx: Context, resolved) -> list[str]:
     """A cause the spec raised to a page is allowed, and said out loud (docs/alerting-policy.md)."""
     return [
-        f"alerts.{a.signal}.critical: {a.name} pages on a cause, not on a symptom users feel, because the spec "
+        f"alerts.{a.signal}.critical: {ctx.alert(a.key)} pages on a cause, not on a symptom users feel, because the spec "
         "sets its critical threshold (see docs/alerting-policy.md)"
         for a in resolved
         if not a.protects and any(sev == "critical" for sev, _ in a.levels)
@@ -471,7 +472,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         runbook=(gw.runbook if gw else ()) + _runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
         slo_runbook=slos.runbook,
         warnings=tuple(_runbook_notes(base_url))
-        + tuple(_policy_notes(resolved))
+        + tuple(_policy_notes(ctx, resolved))
         + tuple(_unreachable(ctx, alerts))
         + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
@@ -479,6 +480,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         capabilities=tuple(capability_lines(ctx, spec.use_case))
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ()),
         engine_release=ctx.release,
+        alert_prefix=ctx.catalog.alert_prefix,
         global_slos=tuple(s.name for s in spec.slos if s.scope == "global" and ctx.cluster),
         unobservable=ctx.catalog.not_observable,
         approximations=ctx.catalog.approximate,

@@ -44,10 +44,11 @@ def handbook(data: dict, alert: str, signal: str) -> dict:
 
 
 def runbook_entries(
-    alerts: list[AlertRule], data: dict, confirm: Callable[[str], tuple] = lambda alert: ()
+    alerts: list[AlertRule], data: dict, ctx: Context, confirm: Callable[[str], tuple] = lambda key: ()
 ) -> tuple[RunbookEntry, ...]:
-    """One runbook section per alert name (its severities together), its text from `data`
-    (signals.yaml or capacity.yaml) and its per-replica `confirm` queries."""
+    """One runbook section per alert (its severities together), its text from `data`
+    (signals.yaml or capacity.yaml, read by the alert's key, other alerts named for `ctx`'s
+    engine) and its per-replica `confirm` queries (by key)."""
     entries: dict[str, RunbookEntry] = {}
     for a in alerts:
         sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
@@ -57,21 +58,21 @@ def runbook_entries(
                 **{**e.__dict__, "severities": (*e.severities, sev), "protects": e.protects or a.protects}
             )
             continue
-        s = handbook(data, a.name, a.signal)
+        s = handbook(data, a.key, a.signal)
         entries[a.name] = RunbookEntry(
             alert=a.name,
             anchor=naming.anchor(a.name),
             signal=a.signal,
             title=s["title"],
-            meaning=" ".join(s["meaning"].split()),
-            first_action=" ".join(s["first_action"].split()),
-            next_checks=tuple(s["next_checks"]),
+            meaning=ctx.alert_refs(" ".join(s["meaning"].split())),
+            first_action=ctx.alert_refs(" ".join(s["first_action"].split())),
+            next_checks=tuple(ctx.alert_refs(c) for c in s["next_checks"]),
             severities=(sev,),
             summary=a.summary,
             query=a.query,
             panel=a.panel,
             expr=a.expr,
-            confirm=confirm(a.name),
+            confirm=confirm(a.key),
             protects=a.protects,
         )
     return tuple(entries.values())
@@ -95,7 +96,7 @@ _HUMANIZE = {"seconds": "humanizeDuration", "ratio": "humanizePercentage", "numb
 class Resolved:
     """One alert definition after defaults, preset and overrides."""
 
-    name: str
+    key: str  # engine-neutral (signals.yaml): Context.alert gives the emitted name
     signal: str
     kind: str
     direction: str
@@ -138,7 +139,7 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
             continue
         if not 0 < share <= 1:
             report(("alerts", signal, "fleet_share"), "must be above 0 % and at most 100 % of the replicas")
-    for name, alert in data["alerts"].items():
+    for key, alert in data["alerts"].items():
         signal = alert["signal"]
         kind = alert["kind"]
         layers = [("preset", preset.get(signal, {})), ("spec", overrides.get(signal, {}))]
@@ -190,7 +191,7 @@ def resolve(use_case: str, overrides: dict[str, dict], report) -> list[Resolved]
             continue
         out.append(
             Resolved(
-                name,
+                key,
                 signal,
                 kind,
                 alert["direction"],
@@ -212,13 +213,13 @@ def labels_template(labels: tuple[str, ...]) -> str:
     return ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in labels)
 
 
-# p99 alerts on a latency histogram: alert name -> (histogram key, dashboard panel)
+# p99 alerts on a latency histogram: alert key -> (histogram key, dashboard panel)
 LATENCY_ALERTS = {
-    "VllmTtftP99High": ("ttft", "Time to first token"),
-    "VllmItlP99High": ("itl", "Inter-token latency"),
-    "VllmE2eLatencyP99High": ("e2e", "End-to-end latency"),
-    "VllmQueueTimeP99High": ("queue_time", "Queue time"),
-    "VllmNixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time"),
+    "TtftP99High": ("ttft", "Time to first token"),
+    "ItlP99High": ("itl", "Inter-token latency"),
+    "E2eLatencyP99High": ("e2e", "End-to-end latency"),
+    "QueueTimeP99High": ("queue_time", "Queue time"),
+    "NixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time"),
 }
 
 
@@ -240,7 +241,7 @@ def _frozen(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str] | None:
     pg = b.ctx.process_group
     series = b.rec.ref("process_http_ok")
     progress = f"sum {q.by(pg)} ({b.rec.ref('engine_progress')}) > 0"
-    # engine series present but all zero: no series at all is VllmMetricsAbsent's case
+    # engine series present but all zero: no series at all is MetricsAbsent's case
     idle = f"sum {q.by(pg)} ({b.rec.ref('engine_active')}) == 0"
     expr = f"{series} > 0 unless {q.on(pg)} ({progress}) and {q.on(pg)} ({idle})"
     return expr, series, "Replica liveness"
@@ -276,12 +277,12 @@ TOKENS_BASELINE_OFFSET = "30m"
 
 def waiting_floor(levels: dict[str, float]) -> float:
     """A queue outlier must also be a real queue: above the per-replica waiting warning
-    (`levels`: severity -> threshold of VllmRequestsWaitingHigh; its lowest without a warning)."""
+    (`levels`: severity -> threshold of RequestsWaitingHigh; its lowest without a warning)."""
     return levels.get("warning", min(levels.values(), default=WAITING_FLOOR))
 
 _LIVENESS = {
-    "VllmServingCapacityLost": _capacity_lost,
-    "VllmEngineHung": _hung, "VllmFleetNoProgress": _no_progress, "VllmMetricsFrozen": _frozen}
+    "ServingCapacityLost": _capacity_lost,
+    "EngineHung": _hung, "FleetNoProgress": _no_progress, "MetricsFrozen": _frozen}
 
 
 class AlertBuilder:
@@ -301,80 +302,80 @@ class AlertBuilder:
         op = a.comparator
         t = f"{threshold:g}"
         p99 = (("quantile", "=", "0.99"),)
-        if a.name in LATENCY_ALERTS:
-            key, panel = LATENCY_ALERTS[a.name]
+        if a.key in LATENCY_ALERTS:
+            key, panel = LATENCY_ALERTS[a.key]
             if f"{key}_quantile" not in r.names:
                 return None  # feature off (NIXL)
             series = r.ref(f"{key}_quantile", p99)
             gate = "" if key == "nixl_xfer_time" else f" {self._traffic_gate()}"
             return f"{series} {op} {t}{gate}", series, panel
-        if a.name == "VllmSuccessRatioLow":
+        if a.key == "SuccessRatioLow":
             # attempts (finished, HTTP 5xx, rejections) gate it: an API server failing every request
             # before the engine finishes none; below the gate, a count over the last hour decides
             series = r.ref("success_ratio")
             recent = f"{series} {op} {t} {self._traffic_gate('attempted')}"
             return f"({recent}) or ({liveness.low_traffic_failures(r, op, t)})", series, "Success rate"
         ratios = {
-            "VllmLengthFinishRatioHigh": ("length_ratio", "Length and abort finishes"),
-            "VllmAbortRatioHigh": ("abort_ratio", "Length and abort finishes"),
-            "VllmOutputSpeedPerUserLow": ("output_speed_per_user", "Output speed per user (tok/s/user)"),
+            "LengthFinishRatioHigh": ("length_ratio", "Length and abort finishes"),
+            "AbortRatioHigh": ("abort_ratio", "Length and abort finishes"),
+            "OutputSpeedPerUserLow": ("output_speed_per_user", "Output speed per user (tok/s/user)"),
         }
-        if a.name in ratios:
-            key, panel = ratios[a.name]
+        if a.key in ratios:
+            key, panel = ratios[a.key]
             if key not in r.names:
                 return None  # the engine has no finish reasons (see the plan's capability lines)
             series = r.ref(key)
             return f"{series} {op} {t} {self._traffic_gate()}", series, panel
         nixl = {
-            "VllmNixlTransfersFailing": ("nixl_failed_ratio", "NIXL failure and expiry ratios"),
-            "VllmNixlKvExpired": ("nixl_kv_expired_ratio", "NIXL failure and expiry ratios"),
+            "NixlTransfersFailing": ("nixl_failed_ratio", "NIXL failure and expiry ratios"),
+            "NixlKvExpired": ("nixl_kv_expired_ratio", "NIXL failure and expiry ratios"),
         }
-        if a.name in nixl:
-            key, panel = nixl[a.name]
+        if a.key in nixl:
+            key, panel = nixl[a.key]
             if key not in r.names:
                 return None  # feature off, or a version without the counter (KV expiry from 0.15.0)
             series = r.ref(key)
             return f"{series} {op} {t} {self._traffic_gate()}", series, panel
-        if a.name == "VllmSpecDecodeAcceptanceLow":
+        if a.key == "SpecDecodeAcceptanceLow":
             if "spec_alpha" not in r.names:
                 return None  # feature off, or a version without per-position counts (see plan notes)
             series = r.ref("spec_alpha")
             return f"{series} {op} {t} {self._traffic_gate()}", series, "Speculative-decoding acceptance alpha"
-        if a.name == "VllmOutputTokensCollapsed":
+        if a.key == "OutputTokensCollapsed":
             # against the model's own recent average: short answers are some workloads' normal
             series = r.ref("generation_length_mean")
             baseline = f"avg_over_time({series}[{TOKENS_BASELINE}] offset {TOKENS_BASELINE_OFFSET})"
             return f"{series} {op} {t} * {baseline} {self._traffic_gate()}", series, "Generation length distribution"
-        if a.name == "VllmKvCacheSaturated":
+        if a.key == "KvCacheSaturated":
             # KV usage of the engines with requests waiting (paired per engine in the recording rule)
             series = r.ref("replica_kv_cache_usage_queueing")
             return f"{series} {op} {t}", series, "KV cache usage"
-        if a.name == "VllmPreemptionsSustained":
+        if a.key == "PreemptionsSustained":
             series = r.ref("preemptions_per_request")
             return f"{series} {op} {t} {self._traffic_gate()}", series, "Preemptions"
-        if a.name == "VllmRequestsWaitingHigh":
+        if a.key == "RequestsWaitingHigh":
             series = r.ref("waiting_per_replica")
             return f"{series} {op} {t}", series, "Running vs waiting requests"
-        if a.name == "VllmApiServerRssGrowing":
+        if a.key == "ApiServerRssGrowing":
             rss = r.ref("process_rss")
             series = f"deriv({rss}[30m]) * 3600 / {rss}"
             return f"{series} {op} {t}", series, "API-server resident memory"
-        if a.name == "VllmTargetDown":
+        if a.key == "TargetDown":
             series = ctx.up()
             return f"{series} == 0", series, "Scrape targets up"
-        if a.name == "VllmMetricsAbsent":
+        if a.key == "MetricsAbsent":
             up = ctx.up()
             series = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
             # a target that is up but exports no engine series, or no target at all
             expr = f"absent({up}) or ({up} == 1 unless {q.on(ctx.target)} count {q.by(ctx.target)} ({series}))"
             return expr, series, "Running vs waiting requests"
-        if a.name == "VllmReplicaTtftOutlier":
+        if a.key == "ReplicaTtftOutlier":
             return _outlier(self, "replica_ttft_mean", t, None, "Mean TTFT by replica", ctx.group)
-        if a.name == "VllmReplicaQueueOutlier":
+        if a.key == "ReplicaQueueOutlier":
             return _outlier(self, "replica_waiting", t, self.waiting_floor, "Waiting requests by replica", peer_group(ctx))
-        if a.name in _LIVENESS:
-            return _LIVENESS[a.name](self, op, t)
-        raise KeyError(f"no expression for alert {a.name}")
+        if a.key in _LIVENESS:
+            return _LIVENESS[a.key](self, op, t)
+        raise KeyError(f"no expression for alert {a.key}")
 
     def build(self, resolved: list[Resolved]) -> list[AlertRule]:
         rules: list[AlertRule] = []
@@ -398,26 +399,28 @@ class AlertBuilder:
                 caveat = self.ctx.catalog.caveat(a.signal)
                 if caveat is not None:
                     description += f" Approximation on {self.ctx.release}: {caveat}."
-                if a.signal == "rss_growth" or a.name == "VllmMetricsFrozen":
+                if a.signal == "rss_growth" or a.key == "MetricsFrozen":
                     description = f"{process_text}: {description}"
-                elif a.name == "VllmServingCapacityLost":
+                elif a.key == "ServingCapacityLost":
                     description = f"{labels_template(liveness.capacity_labels(self.ctx))}: {description}"
 
-                elif a.name not in ("VllmTargetDown", "VllmMetricsAbsent"):
+                elif a.key not in ("TargetDown", "MetricsAbsent"):
                     description = f"{labels_text}: {description}"
                 extra = [("severity", severity), ("signal", a.signal)]
                 if self.team:
                     extra.append(("team", self.team))
+                name = self.ctx.alert(a.key)
                 rules.append(
                     AlertRule(
-                        name=a.name,
+                        name=name,
+                        key=a.key,
                         signal=a.signal,
                         severity=severity,
                         expr=expr,
                         for_=a.for_,
                         summary=a.summary.format(threshold=threshold_text),
                         description=description,
-                        runbook_url=naming.runbook_url(self.base_url, a.name),
+                        runbook_url=naming.runbook_url(self.base_url, name),
                         labels=tuple(extra),
                         threshold_text=threshold_text,
                         threshold=None if a.kind == "none" else threshold,

@@ -97,7 +97,7 @@ def efficiency(b: Builder, cap: Capacity) -> None:
     series = b.ref("efficiency")
     waiting = f"{b.rec.ref('waiting')} > 0"
     b.alert(
-        "VllmSystemEfficiencyLow",
+        "SystemEfficiencyLow",
         f"{series} < {threshold:g} {b.gate('arrivals')} and {q.on(ctx.group)} {waiting}",
         threshold,
         e.for_,
@@ -122,7 +122,7 @@ def baseline(b: Builder, d: Degradation) -> None:
     )
     series = b.ref("ttft_vs_baseline")
     b.alert(
-        "VllmTtftDegradedVsBaseline",
+        "TtftDegradedVsBaseline",
         f"{series} > {d.factor:g} {b.gate()}",
         d.factor,
         d.for_,
@@ -208,7 +208,7 @@ def build(doc, ctx: Context, rec: Recorder, base_url: str, team: str | None) -> 
     return CapacityPlan(
         rules=(*b.rules, *b.alerts),
         rows=tuple(r for r in rows if r is not None and r.panels),
-        runbook=runbook_entries(b.alerts, capacity_data(), lambda alert: b.confirm.get(alert, ())),
+        runbook=runbook_entries(b.alerts, capacity_data(), ctx, lambda key: b.confirm.get(key, ())),
         known=frozenset(b.known),
         names=names,
         settings=cap,

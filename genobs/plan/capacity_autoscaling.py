@@ -18,7 +18,7 @@ def hpa_name(spec_name: str) -> str:
 
 
 def autoscaler(b, auto, spec_name: str) -> None:
-    """Add VllmAutoscalerAtMaxReplicas to the capacity builder `b`."""
+    """Add AutoscalerAtMaxReplicas to the capacity builder `b`."""
     name = hpa_name(spec_name)
     matchers = (("namespace", "=", auto.target.namespace), ("horizontalpodautoscaler", "=~", f"{name}|keda-hpa-{name}"))
     current = q.sum_by(HPA_LABELS, q.selector(KSM_CURRENT, matchers))
@@ -27,7 +27,7 @@ def autoscaler(b, auto, spec_name: str) -> None:
     growing = f"sum(deriv({b.ctx.raw('requests_waiting')}[{b.ctx.window}])) > 0"
     b.known.update({KSM_CURRENT, KSM_MAX})
     b.alert(
-        "VllmAutoscalerAtMaxReplicas",
+        "AutoscalerAtMaxReplicas",
         f"{current} >= {maximum} and on () {growing}",
         None,
         auto.for_,

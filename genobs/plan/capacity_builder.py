@@ -33,7 +33,7 @@ class Builder:
     alerts: list[AlertRule] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)
     known: set[str] = field(default_factory=set)  # raw series from other exporters (DCGM, kube-state-metrics, gateway)
-    confirm: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # alert -> per-instance queries
+    confirm: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # alert key -> per-instance queries
 
     def add(self, key: str, name: str, expr: str, labels: tuple = ()) -> str:
         self.rules.append(RecordingRule(record=name, expr=expr, labels=labels))
@@ -50,7 +50,7 @@ class Builder:
 
     def alert(
         self,
-        name: str,
+        key: str,
         expr: str,
         threshold: float | None,
         for_: str,
@@ -61,7 +61,8 @@ class Builder:
         threshold_text: str | None = None,
         label_text: str | None = None,
     ) -> None:
-        a = capacity_data()["alerts"][name]
+        a = capacity_data()["alerts"][key]  # by its engine-neutral key; emitted under the engine's prefix
+        name = self.ctx.alert(key)
         if threshold_text is None:
             threshold_text = format_threshold(a["kind"], threshold) + a.get("unit", "") if threshold is not None else ""
         value = "{{ $value | humanizePercentage }}" if a["kind"] == "ratio" else "{{ $value | humanize }}"
@@ -77,6 +78,7 @@ class Builder:
         self.alerts.append(
             AlertRule(
                 name=name,
+                key=key,
                 signal=a["signal"],
                 severity=severity,
                 expr=expr,

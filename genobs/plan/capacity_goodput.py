@@ -103,7 +103,7 @@ def goodput(b: Builder, cap: Capacity) -> None:
         else:
             series = b.ref("goodput_upper_ratio")
         b.alert(
-            "VllmGoodputBelowObjective",
+            "GoodputBelowObjective",
             f"{series} < {objective:g} {gate}",
             objective,
             g.for_,
@@ -114,14 +114,14 @@ def goodput(b: Builder, cap: Capacity) -> None:
 
 
 def _unavailable(b: Builder, buckets: list[tuple[str, str]]) -> None:
-    """VllmGoodputUnavailable: requests flow but a bound's bucket is missing (as Slo<Name>SliUnavailable)."""
+    """GoodputUnavailable: requests flow but a bound's bucket is missing (as Slo<Name>SliUnavailable)."""
     g = b.ctx.group
     present = f" and {q.on(g)} ".join(f"count {q.by(g)} ({sel})" for sel, _ in buckets)
     finished = b.rec.ref("finished")
     texts = {"bounds": ", ".join(text for _, text in buckets)}
     expr = f"{finished} >= {b.ctx.min_request_rate:g} unless {q.on(g)} ({present})"
-    b.alert("VllmGoodputUnavailable", expr, None, "10m", finished, "Goodput share", texts=texts)
-    b.confirm["VllmGoodputUnavailable"] = tuple(
+    b.alert("GoodputUnavailable", expr, None, "10m", finished, "Goodput share", texts=texts)
+    b.confirm["GoodputUnavailable"] = tuple(
         (f"{text} series per instance (none: that instance's buckets leave the bound out)", f"count by (instance) ({sel})")
         for sel, text in buckets
     )

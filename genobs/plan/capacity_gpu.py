@@ -95,7 +95,7 @@ def build(b, gpu: Gpu) -> None:
     saturation = parse_ratio(gpu.saturation)
     util = b.ref("gpu_util_pod")
     b.alert(
-        "VllmGpuSaturated",
+        "GpuSaturated",
         f"{util} >= {saturation:g} and {b.ref('waiting_pod')} > {gpu.waiting_per_replica:g}",
         saturation,
         gpu.for_,
@@ -108,7 +108,7 @@ def build(b, gpu: Gpu) -> None:
     floor = reserved * parse_ratio(gpu.reservation_floor)
     low = b.ref("gpu_fb_used_min_pod")
     b.alert(
-        "VllmGpuMemoryBelowReservation",
+        "GpuMemoryBelowReservation",
         f"{low} < {floor:g}",
         floor,
         gpu.memory_for,
@@ -120,7 +120,7 @@ def build(b, gpu: Gpu) -> None:
     min_free = parse_ratio(gpu.min_free)
     high = b.ref("gpu_fb_used_max_pod")
     b.alert(
-        "VllmGpuMemoryNearlyFull",
+        "GpuMemoryNearlyFull",
         f"{high} > {1 - min_free:g}",
         1 - min_free,
         gpu.memory_for,

@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 Query = tuple[str, str]  # (what it shows, PromQL)
 
 _LATENCY = {
-    "VllmTtftP99High": ("ttft", "TTFT p99"),
-    "VllmItlP99High": ("itl", "inter-token latency p99"),
-    "VllmE2eLatencyP99High": ("e2e", "end-to-end latency p99"),
-    "VllmQueueTimeP99High": ("queue_time", "queue time p99"),
-    "VllmNixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time p99"),
+    "TtftP99High": ("ttft", "TTFT p99"),
+    "ItlP99High": ("itl", "inter-token latency p99"),
+    "E2eLatencyP99High": ("e2e", "end-to-end latency p99"),
+    "QueueTimeP99High": ("queue_time", "queue time p99"),
+    "NixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time p99"),
 }
 
 
@@ -108,74 +108,75 @@ def _nixl_failed(ctx: Context) -> Query:
 
 
 def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...]:
-    """Per-replica queries for one alert; () when the alert has none (fleet-wide capacity signals)."""
+    """Per-replica queries for one alert, by its engine-neutral key (signals.yaml); () when the
+    alert has none (fleet-wide capacity signals)."""
     r = rec
     if alert in _LATENCY:
         key, what = _LATENCY[alert]
         labels = replica_labels(ctx, key)
         quantile = ctx.in_seconds(key, q.quantile(0.99, labels, ctx.rate(key, "_bucket")))
         return ((f"{what} {_where(ctx, labels)}", quantile),)
-    if alert == "VllmLengthFinishRatioHigh":
+    if alert == "LengthFinishRatioHigh":
         return (_finish_share(ctx, ("length",), "share of length finishes"),)
-    if alert == "VllmAbortRatioHigh":
+    if alert == "AbortRatioHigh":
         return (_finish_share(ctx, (ctx.catalog.abort_reason,), "share of aborted requests"),)
-    if alert == "VllmSuccessRatioLow":
+    if alert == "SuccessRatioLow":
         return tuple(_success(ctx))
-    if alert == "VllmKvCacheSaturated":
+    if alert == "KvCacheSaturated":
         return (
             _gauge(ctx, "kv_cache_usage", "max", "KV-cache usage"),
             _waiting(ctx),
         )
-    if alert == "VllmPreemptionsSustained":
+    if alert == "PreemptionsSustained":
         labels = replica_labels(ctx, "preemptions")
         # every pool finishes requests (prefill legs too): per replica, all of them count
         finished = q.sum_by(labels, q.rate(ctx.raw(ctx.finished_key, all_roles=True), ctx.window))
         return ((f"preemptions per finished request {_where(ctx, labels)}", q.ratio(_rate(ctx, "preemptions"), finished)),)
-    if alert == "VllmOutputTokensCollapsed" and not ctx.has("generation_length"):
+    if alert == "OutputTokensCollapsed" and not ctx.has("generation_length"):
         labels = replica_labels(ctx, "generation_tokens")
         finished = q.sum_by(labels, q.rate(ctx.raw(ctx.finished_key), ctx.window))
         mean = q.ratio(_rate(ctx, "generation_tokens"), finished)
         return ((f"output tokens per finished request {_where(ctx, labels)}", mean),)
-    if alert == "VllmOutputTokensCollapsed":
+    if alert == "OutputTokensCollapsed":
         labels = replica_labels(ctx, "generation_length")
         mean = q.ratio(_rate(ctx, "generation_length", "_sum"), _rate(ctx, "generation_length", "_count"))
         return ((f"output tokens per finished request {_where(ctx, labels)}", mean),)
-    if alert == "VllmRequestsWaitingHigh":
+    if alert == "RequestsWaitingHigh":
         return (_waiting(ctx),)
-    if alert == "VllmReplicaQueueOutlier":
+    if alert == "ReplicaQueueOutlier":
         return (_waiting(ctx),)
-    if alert == "VllmReplicaTtftOutlier":
+    if alert == "ReplicaTtftOutlier":
         labels = replica_labels(ctx, "ttft")
         mean = q.ratio(ctx.in_seconds("ttft", _rate(ctx, "ttft", "_sum")), _rate(ctx, "ttft", "_count"))
         return (
             (f"mean TTFT {_where(ctx, labels)}", mean),
             (f"TTFT p99 {_where(ctx, labels)}", ctx.in_seconds("ttft", q.quantile(0.99, labels, ctx.rate("ttft", "_bucket")))),
         )
-    if alert == "VllmOutputSpeedPerUserLow":
+    if alert == "OutputSpeedPerUserLow":
         return (_speed(ctx),)
-    if alert == "VllmSpecDecodeAcceptanceLow":
+    if alert == "SpecDecodeAcceptanceLow":
         labels = replica_labels(ctx, "spec_decode_drafts")
         first = _rate(ctx, "spec_decode_accepted_per_pos", extra=(("position", "=", "0"),))
         return ((f"acceptance alpha {_where(ctx, labels)}", q.ratio(first, _rate(ctx, "spec_decode_drafts"))),)
-    if alert == "VllmNixlTransfersFailing":
+    if alert == "NixlTransfersFailing":
         return (_nixl_failed(ctx),)
-    if alert == "VllmNixlKvExpired":  # counted on the prefill pods
+    if alert == "NixlKvExpired":  # counted on the prefill pods
         labels = replica_labels(ctx, "nixl_kv_expired")
         return ((f"expired KV leases per second {_where(ctx, labels)}", _rate(ctx, "nixl_kv_expired")),)
-    if alert == "VllmApiServerRssGrowing":
+    if alert == "ApiServerRssGrowing":
         rss = r.ref("process_rss")
         return (("resident memory growth per hour per instance", f"deriv({rss}[30m]) * 3600 / {rss}"),)
-    if alert in ("VllmTargetDown", "VllmServingCapacityLost"):
+    if alert in ("TargetDown", "ServingCapacityLost"):
         return (("scrape health per instance (0 = down)", ctx.up()),)
-    if alert == "VllmMetricsAbsent":
+    if alert == "MetricsAbsent":
         engine = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
         return (
             ("scrape health per instance (0 = down)", ctx.up()),
             ("engine series per instance (none: the instance exports no engine metrics)", f"count {q.by(ctx.target)} ({engine})"),
         )
-    if alert in ("VllmEngineHung", "VllmFleetNoProgress", "VllmMetricsFrozen"):
+    if alert in ("EngineHung", "FleetNoProgress", "MetricsFrozen"):
         out: list[Query] = []
-        if alert == "VllmMetricsFrozen" and "process_http_ok" in r.names:
+        if alert == "MetricsFrozen" and "process_http_ok" in r.names:
             out.append(("completions answered with 2xx per second per instance", r.ref("process_http_ok")))
         where = _where(ctx, liveness.engine_labels(ctx))
         out.append((f"requests running or waiting {where}", r.ref("engine_active")))

@@ -46,6 +46,15 @@ class Context:
         """One scrape target: `instance`, within its cluster when several share a backend."""
         return (self.cluster, "instance") if self.cluster else ("instance",)
 
+    def alert(self, key: str) -> str:
+        """The emitted name of a pod-level alert: 'TtftP99High' -> 'VllmTtftP99High' on vLLM,
+        'SglangTtftP99High' on SGLang (the profile's alert_prefix)."""
+        return naming.alert(self.catalog.alert_prefix, key)
+
+    def alert_refs(self, text: str) -> str:
+        """A handbook text with its {alert:Key} references named for this engine."""
+        return naming.alert_refs(text, self.catalog.alert_prefix)
+
     @property
     def version_text(self) -> str:
         return format_version(self.version)

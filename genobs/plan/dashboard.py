@@ -510,14 +510,14 @@ def _replica_panels(p: PanelMaker) -> tuple[Panel, ...]:
         Panel(
             "Mean TTFT by replica",
             "Mean time to first token of each replica with traffic. One line far above the others is "
-            "a replica worse than its peers (VllmReplicaTtftOutlier).",
+            f"a replica worse than its peers ({p.ctx.alert('ReplicaTtftOutlier')}).",
             "s",
             (Target(p.sel("replica_ttft_mean"), legend),),
         ),
         Panel(
             "Waiting requests by replica",
             "Requests waiting on each replica. One replica queueing while its peers do not points at "
-            "routing or at that replica, not at missing capacity (VllmReplicaQueueOutlier).",
+            f"routing or at that replica, not at missing capacity ({p.ctx.alert('ReplicaQueueOutlier')}).",
             "short",
             (Target(p.sel("replica_waiting"), legend),),
         ),

@@ -85,7 +85,7 @@ def row(ctx: Context, rec: Recorder) -> Row:
             Panel(
                 "Replica liveness",
                 "Requests the replica holds (running + waiting) and its progress (tokens generated + requests "
-                "finished per second). Holding requests with no progress is a hung engine (VllmEngineHung).",
+                f"finished per second). Holding requests with no progress is a hung engine ({ctx.alert('EngineHung')}).",
                 "short",
                 (
                     Target(q.selector(rec.names["engine_active"], replica), f"{per} requests held"),

@@ -104,13 +104,13 @@ class GatewayPlan:
     row: Row
     runbook: tuple[RunbookEntry, ...]
     inhibit: tuple[dict, ...]
-    taken_over: frozenset[str]  # pod alerts whose page the gateway took
+    taken_over: frozenset[str]  # keys of the pod alerts whose page the gateway took
     raw: frozenset[str]  # wire names the gateway's release exports (its rules and SLOs may read)
     names: dict[str, str]  # signal key -> recorded name, for the SLOs that read the gateway
 
 
 def covered(gctx: Context) -> frozenset[str]:
-    """Pod alerts whose page the gateway's release can take over."""
+    """Keys of the pod alerts whose page the gateway's release can take over."""
     out = set()
     for a in gateway_data()["alerts"].values():
         key = a.get("histogram")
@@ -123,7 +123,7 @@ def demote(resolved: list[Resolved], taken: frozenset[str]) -> list[Resolved]:
     """The pods' alerts the gateway took over keep their warning and info levels, not the page."""
     out = []
     for a in resolved:
-        if a.name in taken:
+        if a.key in taken:
             levels = tuple(lv for lv in a.levels if lv[0] != "critical")
             if not levels:
                 continue
@@ -171,8 +171,8 @@ def _words(gctx: Context) -> dict[str, str]:
     return dict(gctx.catalog.words)
 
 
-def _resolved_levels(resolved_all: list[Resolved], name: str) -> Resolved | None:
-    return next((a for a in resolved_all if a.name == name), None)
+def _resolved_levels(resolved_all: list[Resolved], key: str) -> Resolved | None:
+    return next((a for a in resolved_all if a.key == key), None)
 
 
 def _alerts(gctx: Context, r: Recorder, resolved_all: list[Resolved], base_url: str, team: str | None) -> list[AlertRule]:
@@ -312,7 +312,7 @@ def _inhibit(gctx: Context, ctx: Context, alerts: list[AlertRule], burns: tuple[
     ]
     rules += _burn_rules(gctx, ctx, alerts, burns, gw_fixed, pod_fixed, shared)
     for name in names:
-        pod = gateway_data()["alerts"][name]["takes_over"]
+        pod = ctx.alert(gateway_data()["alerts"][name]["takes_over"])
         rules.append(
             {
                 "source_matchers": [_matcher("alertname", "=", name), *gw_fixed],
@@ -337,7 +337,7 @@ def _burn_rules(gctx, ctx, alerts, burns, gw_fixed, pod_fixed, shared) -> list[d
         )
     signals = {a.signal for a in burns}
     mine = sorted({a.name for a in alerts if a.signal in signals})
-    theirs = sorted({gateway_data()["alerts"][n]["takes_over"] for n in mine})
+    theirs = sorted({ctx.alert(gateway_data()["alerts"][n]["takes_over"]) for n in mine})
     for source, severities in ((fast, ""), (slow, "warning|info")):
         if not source or not mine:
             continue
@@ -464,7 +464,7 @@ def capability_lines(gctx: Context, ctx: Context) -> list[str]:
             why = gctx.catalog.missing_reason(key) or f"{gctx.release} has no {key} histogram"
             out.append(
                 f"{a['title']} ({a['signal']}) is not observable on {gctx.release}: {why}; "
-                f"{a['takes_over']} keeps paging from the pods ({ctx.release})"
+                f"{ctx.alert(a['takes_over'])} keeps paging from the pods ({ctx.release})"
             )
     # the profile's other blind spots (the Dynamo frontend's TPOT, queue time, finish reasons...):
     # the pods' own series back those signals

@@ -4,9 +4,9 @@
 - an SLO burn silences the threshold alerts of the same signal and labels (a fast burn every
   severity, a slow burn warnings): the burn already says users are hurt on that signal;
 - a hang silences its symptoms (queue, waiting, TTFT, E2E, KV saturation; the list is
-  `hang_symptoms` in signals.yaml): VllmEngineHung those of its own instance (the replica
-  outliers, or every symptom when `instance` is a grouping label), VllmFleetNoProgress those
-  of its model.
+  `hang_symptoms` in signals.yaml): EngineHung those of its own instance (the replica
+  outliers, or every symptom when `instance` is a grouping label), FleetNoProgress those
+  of its model (alert keys; the rules name the engine's alerts, VllmEngineHung on vLLM).
 Every rule is restricted to this spec's alert names and selector."""
 
 from __future__ import annotations
@@ -68,11 +68,14 @@ def build_inhibit_rules(ctx: Context, alerts: list[AlertRule]) -> tuple[dict, ..
     symptoms = {a.name for a in alerts if a.signal in data["hang_symptoms"] and not _slo(a)}
     # an alert without `instance` never equals a source that has one: per-instance symptoms only
     per_instance = {
-        n for n in symptoms if "instance" in ctx.group or data["alerts"].get(n, {}).get("per_instance")
+        a.name
+        for a in alerts
+        if a.name in symptoms and ("instance" in ctx.group or data["alerts"].get(a.key, {}).get("per_instance"))
     }
     names = {a.name for a in alerts}
-    hangs = (("VllmEngineHung", (*ctx.group, "instance"), per_instance), ("VllmFleetNoProgress", ctx.group, symptoms))
-    for hang, labels, targets in hangs:
+    hangs = (("EngineHung", (*ctx.group, "instance"), per_instance), ("FleetNoProgress", ctx.group, symptoms))
+    for key, labels, targets in hangs:
+        hang = ctx.alert(key)
         if hang in names and targets:
             rules.append(
                 {

@@ -234,7 +234,7 @@ SERVED_WINDOW = "1h"
 
 def record_targets_down(r: Recorder) -> None:
     """Share of the targets that served within SERVED_WINDOW and are down now, per pool (1 when
-    none is up). A new target that never became ready is not lost capacity (VllmTargetDown
+    none is up). A new target that never became ready is not lost capacity (TargetDown
     still warns about it); a target gone from service discovery (scale-in) is not either."""
     ctx = r.ctx
     by, up = capacity_labels(ctx), ctx.up()

@@ -30,6 +30,13 @@ class AlertRule:
     panel: str = ""  # dashboard panel that shows it
     dashboard_url: str = ""  # annotation template: the panel, with the alert's labels as variables
     protects: str = ""  # a page's user-facing symptom (docs/alerting-policy.md); "" on warnings
+    # the engine-neutral key (signals.yaml, capacity.yaml: TtftP99High) the plan compares; the
+    # name itself where it is no engine's (SLO and gateway alerts)
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", self.name)
 
     def annotations(self) -> dict[str, str]:
         """The annotation templates, in the order the rule file writes them."""
@@ -182,6 +189,7 @@ class Plan:
     unobservable: tuple[tuple[str, str], ...] = ()
     approximations: tuple[tuple[str, str], ...] = ()
     raw_metrics: frozenset[str] = field(default_factory=frozenset)
+    alert_prefix: str = ""  # the engine profile's prefix of pod-level alert names (naming.alert)
     gateway: GatewayLayer | None = None  # spec `gateway:`; its raw names are also in raw_metrics
     global_slos: tuple[str, ...] = ()  # SLOs of `scope: global`: one over every cluster (tiers.py runs them global)
 

@@ -185,7 +185,7 @@ def _below(limit: float) -> int:
 def build_capacity_tests(
     ctx: Context, cap: CapacityPlan, recording: RuleGroup, group: RuleGroup, spec_name: str
 ) -> tuple[tuple[str, dict], ...]:
-    alerts = {r.name: r for r in group.rules if isinstance(r, AlertRule)}
+    alerts = {r.key: r for r in group.rules if isinstance(r, AlertRule)}  # by key; tests name r.name
     if not alerts:
         return ()
     ident = identity(ctx)
@@ -204,15 +204,15 @@ def build_capacity_tests(
     gpu = cap.gpu
     if gpu is not None:
         healthy = replace(healthy, fb_used=(_healthy_fb(gpu),) * 2)
-    faults: list[tuple[str, State, float, dict[str, str]]] = []  # alert, state, $value, labels
+    faults: list[tuple[str, State, float, dict[str, str]]] = []  # alert key, state, $value, labels
     faults += _gpu_faults(ctx, cap, alerts, healthy, labels, ident)
-    if "VllmAutoscalerAtMaxReplicas" in alerts and auto is not None:
+    if "AutoscalerAtMaxReplicas" in alerts and auto is not None:
         hpa = {"namespace": auto.target.namespace, "horizontalpodautoscaler": cap.hpa}
-        faults.append(("VllmAutoscalerAtMaxReplicas", replace(healthy, waiting_growth=1), auto.max_replicas, hpa))
-    if "VllmSystemEfficiencyLow" in alerts:
+        faults.append(("AutoscalerAtMaxReplicas", replace(healthy, waiting_growth=1), auto.max_replicas, hpa))
+    if "SystemEfficiencyLow" in alerts:
         k = _below(parse_ratio(cap.settings.efficiency.warning))
-        faults.append(("VllmSystemEfficiencyLow", replace(healthy, waiting_growth=finished * k), 1 / (1 + k), labels))
-    if "VllmGoodputBelowObjective" in alerts and g is not None:
+        faults.append(("SystemEfficiencyLow", replace(healthy, waiting_growth=finished * k), 1 / (1 + k), labels))
+    if "GoodputBelowObjective" in alerts and g is not None:
         good = finished // (1 + k_goodput)
         fault = replace(healthy, ttft_ok=good) if g.ttft is not None else replace(healthy, tpot_ok=good)
         fault_labels = labels
@@ -220,12 +220,12 @@ def build_capacity_tests(
             fault = replace(healthy, gateway_good=good)
             kept = [k for k in ctx.group if k == "model_name" or k in dict(ctx.selector)]
             fault_labels = {k: labels[k] for k in kept}
-        faults.append(("VllmGoodputBelowObjective", fault, good / finished, fault_labels))
-    if "VllmGoodputUnavailable" in alerts and g is not None:
+        faults.append(("GoodputBelowObjective", fault, good / finished, fault_labels))
+    if "GoodputUnavailable" in alerts and g is not None:
         # every request misses TTFT, but the bucket that would count it is not exported
         fault = replace(healthy, ttft_ok=0, missing="ttft" if g.ttft is not None else "tpot")
-        faults.append(("VllmGoodputUnavailable", fault, float(finished), labels))
-    longest = max([_minutes(alerts[name].for_) for name, *_ in faults] or [0])
+        faults.append(("GoodputUnavailable", fault, float(finished), labels))
+    longest = max([_minutes(alerts[key].for_) for key, *_ in faults] or [0])
     minutes = on_step(window + longest + MARGIN_MINUTES)
     gen = _Gen(ctx, cap, ident, minutes)
     tests: list[dict] = []
@@ -233,7 +233,7 @@ def build_capacity_tests(
         "name": "capacity: healthy fleet, no capacity alert fires",
         "interval": INPUT_INTERVAL,
         "input_series": gen.inputs(healthy),
-        "alert_rule_test": [{"eval_time": f"{minutes}m", "alertname": n, "exp_alerts": []} for n in alerts],
+        "alert_rule_test": [{"eval_time": f"{minutes}m", "alertname": r.name, "exp_alerts": []} for r in alerts.values()],
     }
     exprs = []
     for key in ("efficiency", "goodput_upper_ratio", "goodput_lower_ratio"):
@@ -249,8 +249,9 @@ def build_capacity_tests(
     if exprs:
         healthy_group["promql_expr_test"] = exprs
     tests.append(healthy_group)
-    for name, state, value, fault_labels in faults:
-        rule = alerts[name]
+    for key, state, value, fault_labels in faults:
+        rule = alerts[key]
+        name = rule.name
         at = on_step(window + _minutes(rule.for_) + MARGIN_MINUTES)
         cases = []
         if _minutes(rule.for_) >= 2:  # still pending just before `for` has passed
@@ -260,36 +261,36 @@ def build_capacity_tests(
             {
                 "name": f"capacity fault: {name}",
                 "interval": INPUT_INTERVAL,
-                "input_series": _Gen(ctx, cap, ident, at).inputs(state, gpu_only=name.startswith("VllmGpu")),
+                "input_series": _Gen(ctx, cap, ident, at).inputs(state, gpu_only=key.startswith("Gpu")),
                 "alert_rule_test": cases,
             }
         )
-    if "VllmGpuSaturated" in alerts and gpu is not None:
+    if "GpuSaturated" in alerts and gpu is not None:
         # busy GPUs with a short queue are good economics, not saturation
         busy = replace(healthy, gpu_util=95, waiting=math.floor(gpu.waiting_per_replica))
-        at = on_step(_minutes(alerts["VllmGpuSaturated"].for_) + MARGIN_MINUTES)
+        at = on_step(_minutes(alerts["GpuSaturated"].for_) + MARGIN_MINUTES)
         tests.append(
             {
-                "name": "capacity: GPUs at 95% with a short queue, VllmGpuSaturated silent",
+                "name": f"capacity: GPUs at 95% with a short queue, {alerts['GpuSaturated'].name} silent",
                 "interval": INPUT_INTERVAL,
                 "input_series": _Gen(ctx, cap, ident, at).inputs(busy, gpu_only=True),
-                "alert_rule_test": [{"eval_time": f"{at}m", "alertname": "VllmGpuSaturated", "exp_alerts": []}],
+                "alert_rule_test": [{"eval_time": f"{at}m", "alertname": alerts["GpuSaturated"].name, "exp_alerts": []}],
             }
         )
-    if "VllmAutoscalerAtMaxReplicas" in alerts and auto is not None and auto.max_replicas >= 2:
+    if "AutoscalerAtMaxReplicas" in alerts and auto is not None and auto.max_replicas >= 2:
         below = replace(healthy, waiting_growth=1, hpa=(auto.max_replicas - 1, auto.max_replicas))
-        at = on_step(window + _minutes(alerts["VllmAutoscalerAtMaxReplicas"].for_) + MARGIN_MINUTES)
+        at = on_step(window + _minutes(alerts["AutoscalerAtMaxReplicas"].for_) + MARGIN_MINUTES)
         tests.append(
             {
-                "name": "capacity: the queue grows below the autoscaler's maximum, VllmAutoscalerAtMaxReplicas silent",
+                "name": f"capacity: the queue grows below the autoscaler's maximum, {alerts['AutoscalerAtMaxReplicas'].name} silent",
                 "interval": INPUT_INTERVAL,
                 "input_series": _Gen(ctx, cap, ident, at).inputs(below),
-                "alert_rule_test": [{"eval_time": f"{at}m", "alertname": "VllmAutoscalerAtMaxReplicas", "exp_alerts": []}],
+                "alert_rule_test": [{"eval_time": f"{at}m", "alertname": alerts["AutoscalerAtMaxReplicas"].name, "exp_alerts": []}],
             }
         )
     files = [("capacity.test.yaml", _document(spec_name, (recording, group), tests))]
-    if "VllmTtftDegradedVsBaseline" in alerts and cap.degradation is not None:
-        files.append(("capacity-baseline.test.yaml", _baseline(ctx, cap, alerts["VllmTtftDegradedVsBaseline"], group, labels, spec_name)))
+    if "TtftDegradedVsBaseline" in alerts and cap.degradation is not None:
+        files.append(("capacity-baseline.test.yaml", _baseline(ctx, cap, alerts["TtftDegradedVsBaseline"], group, labels, spec_name)))
     return tuple(files)
 
 
@@ -311,16 +312,16 @@ def _gpu_faults(ctx: Context, cap: CapacityPlan, alerts: dict, healthy: State, l
     at_pod = {**labels, **{k: pod[k] for k in capacity_gpu.join_labels(gpu)}}
     ok = healthy.fb_used[0]
     out = []
-    if "VllmGpuSaturated" in alerts:
+    if "GpuSaturated" in alerts:
         waiting = math.floor(gpu.waiting_per_replica) + 1
-        out.append(("VllmGpuSaturated", replace(healthy, gpu_util=95, waiting=waiting), 0.95, at_pod))
+        out.append(("GpuSaturated", replace(healthy, gpu_util=95, waiting=waiting), 0.95, at_pod))
     floor = parse_ratio(gpu.memory_utilization) * parse_ratio(gpu.reservation_floor)
-    if "VllmGpuMemoryBelowReservation" in alerts:
+    if "GpuMemoryBelowReservation" in alerts:
         low = math.floor(floor / 2 * FB_TOTAL)  # one GPU of the pod holds half the floor
-        out.append(("VllmGpuMemoryBelowReservation", replace(healthy, fb_used=(low, ok)), low / FB_TOTAL, at_pod))
-    if "VllmGpuMemoryNearlyFull" in alerts:
+        out.append(("GpuMemoryBelowReservation", replace(healthy, fb_used=(low, ok)), low / FB_TOTAL, at_pod))
+    if "GpuMemoryNearlyFull" in alerts:
         full = FB_TOTAL - math.floor(parse_ratio(gpu.min_free) / 2 * FB_TOTAL)
-        out.append(("VllmGpuMemoryNearlyFull", replace(healthy, fb_used=(ok, full)), full / FB_TOTAL, at_pod))
+        out.append(("GpuMemoryNearlyFull", replace(healthy, fb_used=(ok, full)), full / FB_TOTAL, at_pod))
     return out
 
 

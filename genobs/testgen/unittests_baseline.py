@@ -12,8 +12,8 @@ from genobs.testgen.humanize import expected_alert
 from genobs.testgen.unittests_fleet import EVALUATION_STEP, series_entry
 from genobs.units import prom_duration_seconds
 
-# alert -> the recorded series it compares with its own average
-BASELINE_ALERTS = {"VllmOutputTokensCollapsed": "generation_length_mean"}
+# alert key -> the recorded series it compares with its own average
+BASELINE_ALERTS = {"OutputTokensCollapsed": "generation_length_mean"}
 STEADY = 250.0  # output tokens per finished request before the collapse
 STEP_MINUTES = 1  # the recorded series sampled every minute, as the other generated tests sample
 
@@ -23,7 +23,7 @@ def baseline_tests(
 ) -> tuple[tuple[str, dict], ...]:
     """One test file: for each baseline alert, a steady model that stays silent and one whose
     figure collapses (below the lowest threshold's share of the steady value) that fires."""
-    rules = [r for r in alerts.rules if isinstance(r, AlertRule) and r.name in BASELINE_ALERTS]
+    rules = [r for r in alerts.rules if isinstance(r, AlertRule) and r.key in BASELINE_ALERTS]
     if not rules:
         return ()
     # steady for the baseline's offset: at the last check the baseline window still ends before
@@ -38,7 +38,7 @@ def baseline_tests(
         own = [r for r in rules if r.name == name]
         lowest = min(r.threshold or 0.0 for r in own)
         collapsed = 1.0 if lowest * STEADY > 1.0 else 0.0  # one token per request: every answer empty
-        series = names[BASELINE_ALERTS[name]]
+        series = names[BASELINE_ALERTS[own[0].key]]
         steady = series_entry(series, labels, f"{STEADY:g}x{steps_before + steps_after}")
         broken = series_entry(series, labels, f"{STEADY:g}x{steps_before - 1} {collapsed:g}x{steps_after}")
         fires = [expected_alert(r, labels, collapsed) for r in own if collapsed < (r.threshold or 0.0) * STEADY]

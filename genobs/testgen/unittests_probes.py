@@ -417,7 +417,7 @@ _TTFT_OUTLIER = Probe(
 def _queue_vs_peers(env: Env, fleet: Fleet, at: int) -> float:
     if fleet.peer is None or fleet.peers + 1 < MIN_PEERS:
         return 0.0
-    levels = {a.severity: a.threshold for a in env.alerts if a.name == "VllmRequestsWaitingHigh"}
+    levels = {a.severity: a.threshold for a in env.alerts if a.key == "RequestsWaitingHigh"}
     if fleet.waiting <= waiting_floor({k: v for k, v in levels.items() if v is not None}):
         return 0.0
     median = fleet.peer.waiting
@@ -433,31 +433,31 @@ _QUEUE_OUTLIER = Probe(
     alone=True,
 )
 
-PROBES: dict[str, Probe] = {
-    "VllmTtftP99High": _latency("ttft"),
-    "VllmItlP99High": _latency("itl"),
-    "VllmE2eLatencyP99High": _latency("e2e"),
-    "VllmQueueTimeP99High": _latency("queue_time"),
-    "VllmNixlTransferTimeP99High": _latency("nixl_xfer_time"),
-    "VllmLengthFinishRatioHigh": _finish_share("length"),
-    "VllmAbortRatioHigh": _finish_share("abort"),
-    "VllmSuccessRatioLow": _SUCCESS,
-    "VllmOutputSpeedPerUserLow": _SPEED,
-    "VllmSpecDecodeAcceptanceLow": _ACCEPTANCE,
-    "VllmKvCacheSaturated": _KV,
-    "VllmPreemptionsSustained": _PREEMPTIONS,
-    "VllmNixlTransfersFailing": _NIXL_FAILED,
-    "VllmNixlKvExpired": _NIXL_EXPIRED,
-    "VllmRequestsWaitingHigh": _WAITING,
-    "VllmApiServerRssGrowing": _RSS,
-    "VllmTargetDown": _TARGET_DOWN,
-    "VllmServingCapacityLost": _CAPACITY_LOST,
-    "VllmMetricsAbsent": _ABSENT,
-    "VllmMetricsFrozen": _FROZEN,
-    "VllmEngineHung": _HUNG,
-    "VllmFleetNoProgress": _NO_PROGRESS,
-    "VllmReplicaTtftOutlier": _TTFT_OUTLIER,
-    "VllmReplicaQueueOutlier": _QUEUE_OUTLIER,
+PROBES: dict[str, Probe] = {  # by alert key (signals.yaml)
+    "TtftP99High": _latency("ttft"),
+    "ItlP99High": _latency("itl"),
+    "E2eLatencyP99High": _latency("e2e"),
+    "QueueTimeP99High": _latency("queue_time"),
+    "NixlTransferTimeP99High": _latency("nixl_xfer_time"),
+    "LengthFinishRatioHigh": _finish_share("length"),
+    "AbortRatioHigh": _finish_share("abort"),
+    "SuccessRatioLow": _SUCCESS,
+    "OutputSpeedPerUserLow": _SPEED,
+    "SpecDecodeAcceptanceLow": _ACCEPTANCE,
+    "KvCacheSaturated": _KV,
+    "PreemptionsSustained": _PREEMPTIONS,
+    "NixlTransfersFailing": _NIXL_FAILED,
+    "NixlKvExpired": _NIXL_EXPIRED,
+    "RequestsWaitingHigh": _WAITING,
+    "ApiServerRssGrowing": _RSS,
+    "TargetDown": _TARGET_DOWN,
+    "ServingCapacityLost": _CAPACITY_LOST,
+    "MetricsAbsent": _ABSENT,
+    "MetricsFrozen": _FROZEN,
+    "EngineHung": _HUNG,
+    "FleetNoProgress": _NO_PROGRESS,
+    "ReplicaTtftOutlier": _TTFT_OUTLIER,
+    "ReplicaQueueOutlier": _QUEUE_OUTLIER,
 }
 LATENCY_KEYS = {name: key for name, (key, _) in LATENCY_ALERTS.items()}
 
@@ -469,11 +469,11 @@ def _with(fleet: Fleet, **changes) -> Fleet:
 # --- the healthy fleet -----------------------------------------------------------------------------
 
 
-def _limits(env: Env, alerts: list[AlertRule], names: Iterable[str]) -> list[float]:
-    names = set(names)
+def _limits(env: Env, alerts: list[AlertRule], keys: Iterable[str]) -> list[float]:
+    keys = set(keys)
     out = []
     for a in alerts:
-        if a.name in names:
+        if a.key in keys:
             found = threshold(a)
             if found:
                 out.append(found[1])
@@ -510,13 +510,13 @@ def healthy_fleet(env: Env, alerts: list[AlertRule]) -> Fleet:
             if upper <= limit and p99 <= alert_limit / 2:
                 body = i
         latency.append((key, ((body, observations(key)),)))
-    speed_limit = max(_limits(env, alerts, ["VllmOutputSpeedPerUserLow"]), default=20)
+    speed_limit = max(_limits(env, alerts, ["OutputSpeedPerUserLow"]), default=20)
     speed = min((v for v in SPEEDS if v >= 2 * speed_limit), default=max(SPEEDS))
-    acc_limit = max(_limits(env, alerts, ["VllmSpecDecodeAcceptanceLow"]), default=0.5)
+    acc_limit = max(_limits(env, alerts, ["SpecDecodeAcceptanceLow"]), default=0.5)
     acceptance = min(100, max(75, math.ceil((acc_limit + 1) / 2 * 100)))
-    kv_limit = min(_limits(env, alerts, ["VllmKvCacheSaturated"]), default=1.0)
+    kv_limit = min(_limits(env, alerts, ["KvCacheSaturated"]), default=1.0)
     kv0 = math.floor(min(0.6, kv_limit * 0.6) * 1000) / 1000
-    wait_limit = min(_limits(env, alerts, ["VllmRequestsWaitingHigh"]), default=10)
+    wait_limit = min(_limits(env, alerts, ["RequestsWaitingHigh"]), default=10)
     return _with(
         base,
         latency=tuple(latency),
