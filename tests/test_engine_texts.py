@@ -164,3 +164,26 @@ def test_explain_and_doctor_speak_of_the_engine(engine: str) -> None:
     doctor = hint("no_series", [], "colon", engine)
     assert doctor.startswith(f"No {NAME[engine]} series") and SWITCH[engine][0] in doctor
     assert not VLLM_WORD.search(doctor)
+
+
+# what sets the GPU memory an engine reserves at start (engines' docs), written here
+MEMORY_FLAG = {"sglang": "--mem-fraction-static", "trtllm": "free_gpu_memory_fraction"}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_capacity_texts_follow_the_engine(engine: str, tmp_path: Path) -> None:
+    """specs/capacity.yaml with one field changed, service.engine (and, on SGLang, a TTFT bound that
+    is one of its buckets): the capacity alerts, runbook and panels speak of that engine."""
+    spec = yaml.safe_load((REPO / "specs" / "capacity.yaml").read_text())
+    spec["service"]["engine"] = engine
+    spec["service"]["engine_version"] = {"sglang": "0.5.23", "trtllm": "1.2.1"}[engine]
+    if engine == "sglang":
+        spec["capacity"]["goodput"]["ttft"] = "2s"  # SGLang's TTFT buckets have no 2.5 s bound
+    path = tmp_path / f"capacity-{engine}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    files = render_spec(path).files
+    texts = [t for ts in user_texts(files).values() for t in ts]
+    assert not [t for t in texts if VLLM_WORD.search(t) or "--gpu-memory-utilization" in t]
+    section = runbook_section(files["RUNBOOK.md"].decode(), f"{PREFIX[engine]}GpuMemoryBelowReservation")
+    assert f"GPU memory below the {NAME[engine]} reservation" in section
+    assert MEMORY_FLAG[engine] in section

@@ -63,7 +63,7 @@ def runbook_entries(
             alert=a.name,
             anchor=naming.anchor(a.name),
             signal=a.signal,
-            title=s["title"],
+            title=ctx.alert_refs(s["title"]),
             meaning=" ".join(ctx.alert_refs(s["meaning"]).split()),
             first_action=" ".join(ctx.alert_refs(s["first_action"]).split()),
             next_checks=tuple(ctx.alert_refs(c) for c in s["next_checks"]),
