@@ -187,3 +187,12 @@ def test_capacity_texts_follow_the_engine(engine: str, tmp_path: Path) -> None:
     section = runbook_section(files["RUNBOOK.md"].decode(), f"{PREFIX[engine]}GpuMemoryBelowReservation")
     assert f"GPU memory below the {NAME[engine]} reservation" in section
     assert MEMORY_FLAG[engine] in section
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_init_comments_speak_of_the_engine(engine: str) -> None:
+    out = CliRunner().invoke(main, ["init", "--use-case", "chat", "--model", "m", "--engine", engine])
+    assert out.exit_code == 0, out.output
+    text = out.output.split("\nwarning:")[0]
+    assert not VLLM_WORD.search(text), [line for line in text.splitlines() if VLLM_WORD.search(line)]
+    assert "disaggregated_prefill: false      # KV-transfer signals" in text
