@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from genobs import data as data_files
+from genobs import naming
 
 Version = tuple[int, int, int]
 
@@ -167,12 +168,23 @@ class Catalog:
     model_label: str = "model_name"
     # a gateway's words in its alert and runbook texts (genobs/data/gateway.yaml placeholders)
     words: tuple[tuple[str, str], ...] = ()
+    # an engine's facts in handbook and alert texts ({hint:key}): its metrics switch, version notes
+    hints: tuple[tuple[str, str], ...] = ()
     # every release's capability notes: (signal, text, since, until) for not_observable, approximate
     _notes: tuple[tuple, tuple] = field(default=((), ()), compare=False, repr=False)
 
     def release(self, v: Version) -> str:
         """'SGLang 0.5.23': the engine and release in messages."""
         return f"{self.display_name} {format_version(v)}"
+
+    def hint(self, key: str, default: str = "") -> str:
+        return dict(self.hints).get(key, default)
+
+    def texts(self, text: str) -> str:
+        """A handbook or alert text in this engine's words: {engine}, {metrics_path}, {hint:key}
+        and the {alert:Key} names (genobs.naming)."""
+        filled = naming.engine_refs(text, self.display_name, self.metrics_path, dict(self.hints))
+        return naming.alert_refs(filled, self.alert_prefix)
 
     def missing_reason(self, signal: str) -> str | None:
         return dict(self.not_observable).get(signal)
@@ -306,6 +318,7 @@ def _build(raw: dict) -> Catalog:
         scheduler_labels=tuple(raw.get("scheduler_labels", ())),
         model_label=raw.get("model_label", "model_name"),
         words=tuple((str(k), " ".join(str(v).split()) if k != "ttft_scope" else str(v)) for k, v in raw.get("words", {}).items()),
+        hints=tuple((str(k), " ".join(str(v).split())) for k, v in raw.get("hints", {}).items()),
     )
 
 

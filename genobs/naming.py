@@ -51,6 +51,26 @@ def alert_refs(text: str, prefix: str) -> str:
     return _ALERT_REF.sub(lambda m: alert(prefix, m.group(1)), text)
 
 
+_ENGINE_REF = re.compile(r"\{(engine|metrics_path|hint:([a-z_]+))\}")
+
+
+def engine_refs(text: str, engine: str, metrics_path: str, hints: dict[str, str]) -> str:
+    """Fill a handbook or alert text's engine words: {engine} (the profile's display_name),
+    {metrics_path} and {hint:key} (the profile's `hints`, facts that differ per engine: the
+    switch that turns its metrics off, its version notes). A hint the profile lacks is an error."""
+
+    def word(m: re.Match) -> str:
+        if m.group(1) == "engine":
+            return engine
+        if m.group(1) == "metrics_path":
+            return metrics_path
+        if m.group(2) not in hints:
+            raise KeyError(f"the {engine} profile has no hints.{m.group(2)} (named in: {text[:60]}...)")
+        return hints[m.group(2)]
+
+    return _ENGINE_REF.sub(word, text)
+
+
 def anchor(title: str) -> str:
     """GitHub-style heading anchor; runbook headings are alert names, so anchors match."""
     text = title.strip().lower()

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 
-from genobs import naming
 from genobs import promql as q
 from genobs.catalog import Catalog, format_version, load_catalog
 from genobs.commands.promopts import prometheus_options, server_from, url_option
@@ -36,7 +35,8 @@ _HINTS = {
     "{alert:TargetDown} cannot fire either). Name the scrape job after the selector's job and add the other selector "
     "labels as target labels (`genobs scrape-config SPEC` prints such a job), or fix service.selector.",
     "no_series": "No {engine} series under the selector: the targets are scraped but export no engine metrics "
-    "(wrong port or path, or the engine has not started), or the series live under other labels.",
+    "(wrong port or path, {engine} {hint:metrics_off}, or the engine has not started), or the series live under "
+    "other labels.",
     "dialect": "",  # filled in per direction
     "version": "The metric names differ from the ones service.engine_version picks: set service.engine_version "
     "to the {engine} version that runs.",
@@ -223,7 +223,7 @@ def hint(kind: str, missing: list[Missing], spec_dialect: str, engine: str = "vl
         )
         flags = ", ".join(f"features.{f}: false" for f in feats)
         return _HINTS["feature"].format(hows=hows, flags=flags)
-    return naming.alert_refs(_HINTS[kind], catalog.alert_prefix).format(engine=name)
+    return catalog.texts(_HINTS[kind])
 
 
 def _foreign(spec) -> tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...]:

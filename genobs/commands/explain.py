@@ -109,7 +109,7 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
     key, signal = _alert_keys(plan)[name]
     from genobs.plan.alerts import handbook
 
-    info = _handbook(plan).get(name) or _named(handbook(data, key, signal), plan.alert_prefix)
+    info = _handbook(plan).get(name) or _named(handbook(data, key, signal), plan)
     out = [f"{name} - {info.get('title') or signal} (signal {signal})", f"spec: {spec_label}", ""]
     out += ["What it watches", _wrap(info.get("meaning") or rules[0].summary if rules else info.get("meaning")), ""]
     if not rules:
@@ -150,9 +150,13 @@ def explain_alert(name: str, plan, spec_label: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _named(info: dict, alert_prefix: str) -> dict:
-    """A built-in handbook entry with the alerts it names ({alert:Key}) named for the engine."""
-    fill = lambda text: naming.alert_refs(str(text), alert_prefix) if text else text  # noqa: E731
+def _named(info: dict, plan) -> dict:
+    """A built-in handbook entry in the words of the plan's engine: the alerts it names ({alert:Key}),
+    {engine} and the profile's {hint:key} facts (Catalog.texts)."""
+    from genobs.catalog import load_catalog
+
+    catalog = load_catalog(plan.engine)
+    fill = lambda text: " ".join(catalog.texts(str(text)).split()) if text else text  # noqa: E731
     return {k: [fill(c) for c in v] if isinstance(v, list) else fill(v) for k, v in info.items()}
 
 
@@ -186,7 +190,7 @@ def _absent_reason(signal: str, plan) -> str:
 
 def explain_signal(signal: str, plan, spec_label: str) -> str:
     data = signal_data()
-    info = data["signals"][signal]
+    info = _named(data["signals"][signal], plan)
     names = list(dict.fromkeys(a.name for a in plan.alerts if a.signal == signal))
     if not names:
         out = [f"Signal {signal} - {info['title']}", f"spec: {spec_label}", ""]

@@ -39,7 +39,7 @@ def newest_version(engine: str = "vllm") -> str:
 
 def _engine_lines(engine: str) -> dict[str, str]:
     """The comments of the service block that name the engine's own labels and prefix."""
-    from genobs.catalog import load_catalog
+    from genobs.catalog import format_version, load_catalog
 
     if engine == "vllm":
         return {
@@ -49,12 +49,18 @@ def _engine_lines(engine: str) -> dict[str, str]:
             "job": "required: up and process_* exist for every target, not only vLLM",
             "group_by": "kept on every rule and alert; `engine` (DP rank) is always summed away",
             "names": "underscore when Prometheus stored vllm_... names (escaped scrape)",
+            "disagg": "NIXL KV-transfer signals (vLLM >= 0.11.1)",
         }
     catalog = load_catalog(engine)
     name = catalog.display_name
     prefix = next((r.name for m in catalog.metrics.values() for r in m.names), "")
     escaped = prefix.split(":", 1)[0] + "_..." if ":" in prefix else ""
     observable = catalog.missing_reason("length_finish") is None
+    transfer = catalog.metrics.get("nixl_xfer_time")
+    if catalog.missing_reason("nixl_transfer") is None and transfer is not None:
+        disagg = f"KV-transfer signals of prefill/decode pools ({name} >= {format_version(transfer.available_from())})"
+    else:
+        disagg = f"KV-transfer signals (not observable on {name})"
     return {
         "release": name,
         "example": "#   length_finish: {warning: 5%, critical: 15%}" if observable else "#   queue_time: {warning: 2s}",
@@ -62,6 +68,7 @@ def _engine_lines(engine: str) -> dict[str, str]:
         "job": f"required: up exists for every target, not only {name}",
         "group_by": f"kept on every rule and alert; {', '.join(catalog.rank_labels_summed)} are summed away",
         "names": f"underscore when Prometheus stored {escaped} names (escaped scrape)" if escaped else "",
+        "disagg": disagg,
     }
 
 
@@ -118,7 +125,7 @@ def spec_text(
         else:
             parts = [f"{sev} {_threshold_text(levels[sev])}" for sev in ("warning", "critical") if sev in levels]
             preset_lines.append(f"#   {signal}: {', '.join(parts)}")
-    title = f"{use_case.capitalize()} - {model}" if model else f"vLLM {use_case}"
+    title = f"{use_case.capitalize()} - {model}" if model else f"{say['release']} {use_case}"
     models = f"[{_q(model)}]" if model else "[]"
 
     def c(code: str, comment: str = "") -> str:
@@ -151,7 +158,7 @@ def spec_text(
         "features:",
         c("  prefix_caching: true", "prefix-cache hit-rate signals"),
         c("  speculative_decoding: false", "acceptance rate and mean acceptance length"),
-        c("  disaggregated_prefill: false", "NIXL KV-transfer signals (vLLM >= 0.11.1)"),
+        c("  disaggregated_prefill: false", say["disagg"]),
         c("  gpu_metrics: none", "dcgm: GPU saturation and memory from NVIDIA dcgm-exporter (capacity signals)"),
         "",
         c("evaluation_interval: 30s", "rule-group interval"),

@@ -84,7 +84,8 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
         problems.append(
             doc.problem(
                 ("service", "selector"),
-                "must name the scrape job of the vLLM targets (e.g. {job: vllm}): up and process_* exist for "
+                f"must name the scrape job of the {catalog.display_name} targets (e.g. {{job: {catalog.engine}}}): "
+                "up and process_* exist for "
                 "every target, so without a job node-exporter, kube-state-metrics and Prometheus itself "
                 "would fire target-down, metrics-absent and memory alerts",
             )
@@ -229,9 +230,11 @@ def _feature_notes(ctx: Context, rec) -> list[str]:
     if ctx.catalog.missing_reason("spec_decode_acceptance") is not None:
         return out  # said in the capability lines
     if "speculative_decoding" in ctx.features and "spec_alpha" not in rec.names:
+        per_pos = ctx.catalog.metrics.get("spec_decode_accepted_per_pos")
+        since = f" (from {format_version(per_pos.available_from())})" if per_pos is not None else ""
         out.append(
-            f"{ctx.alert('SpecDecodeAcceptanceLow')} is not generated: vLLM {ctx.version_text} exports no per-position "
-            "acceptance counts (from 0.8.5), only accepted / draft tokens, which is below alpha by construction; "
+            f"{ctx.alert('SpecDecodeAcceptanceLow')} is not generated: {ctx.release} exports no per-position "
+            f"acceptance counts{since}, only accepted / draft tokens, which is below alpha by construction; "
             "the dashboard still shows that ratio"
         )
     return out

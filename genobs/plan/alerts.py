@@ -63,9 +63,9 @@ def runbook_entries(
             alert=a.name,
             anchor=naming.anchor(a.name),
             signal=a.signal,
-            title=s["title"],
-            meaning=ctx.alert_refs(" ".join(s["meaning"].split())),
-            first_action=ctx.alert_refs(" ".join(s["first_action"].split())),
+            title=ctx.alert_refs(s["title"]),
+            meaning=" ".join(ctx.alert_refs(s["meaning"]).split()),
+            first_action=" ".join(ctx.alert_refs(s["first_action"]).split()),
             next_checks=tuple(ctx.alert_refs(c) for c in s["next_checks"]),
             severities=(sev,),
             summary=a.summary,
@@ -393,7 +393,7 @@ class AlertBuilder:
                 value = f"{{{{ $value | {_HUMANIZE[a.value_kind or a.kind]} }}}}"
                 if a.value_format:
                     value = f'{{{{ $value | printf "{a.value_format}" }}}}'
-                description = a.description.format(
+                description = self.ctx.alert_refs(a.description).format(
                     value=value, threshold=threshold_text, instance="{{ $labels.instance }}"
                 )
                 caveat = self.ctx.catalog.caveat(a.signal)
@@ -418,7 +418,7 @@ class AlertBuilder:
                         severity=severity,
                         expr=expr,
                         for_=a.for_,
-                        summary=a.summary.format(threshold=threshold_text),
+                        summary=self.ctx.alert_refs(a.summary).format(threshold=threshold_text),
                         description=description,
                         runbook_url=naming.runbook_url(self.base_url, name),
                         labels=tuple(extra),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from genobs import naming
 from genobs import promql as q
+from genobs.catalog import format_version
 from genobs.plan import capacity_gpu
 from genobs.plan.alerts import runbook_entries
 from genobs.plan.capacity_builder import Builder, capacity_data
@@ -56,11 +57,12 @@ def validate(doc, ctx: Context, report) -> None:
         for key, value in (("ttft", g.ttft), ("tpot", g.tpot)):
             if value is None:
                 continue
-            if key == "tpot" and ctx.version < (0, 11, 0):
+            since = ctx.catalog.per_request_tpot_since
+            if key == "tpot" and ctx.version < since:
                 report(
                     (*path, key),
-                    f"vLLM {ctx.version_text} has no per-request TPOT histogram "
-                    "(request_time_per_output_token_seconds exists from 0.11.0); goodput needs it",
+                    f"{ctx.release} has no per-request TPOT histogram "
+                    f"({ctx.catalog.name('tpot', since)} exists from {format_version(since)}); goodput needs it",
                 )
                 continue
             bounds = ctx.catalog.metric(key).buckets_for(ctx.version)
@@ -69,7 +71,7 @@ def validate(doc, ctx: Context, report) -> None:
                 near = ", ".join(f"{b:g}s" for b in bounds if seconds / 4 <= b <= seconds * 4) or "none near"
                 report(
                     (*path, key),
-                    f"{value} is not a bucket boundary of {ctx.metric(key)} in vLLM {ctx.version_text}; "
+                    f"{value} is not a bucket boundary of {ctx.metric(key)} in {ctx.release}; "
                     f"boundaries near it: {near}",
                 )
         if g.objective is not None and g.ttft is None and g.tpot is None and g.gateway is None:

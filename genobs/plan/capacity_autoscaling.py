@@ -1,6 +1,6 @@
 """The autoscaler-at-max alert (kubernetes.autoscaling.kube_state_metrics): the HPA
 genobs writes (or the one KEDA creates for the ScaledObject, keda-hpa-<name>)
-runs at its maximum replicas while vLLM's waiting requests keep growing.
+runs at its maximum replicas while the engine's waiting requests keep growing.
 kube-state-metrics exports both replica counts per HPA."""
 
 from __future__ import annotations
@@ -54,5 +54,5 @@ def validate(spec, auto, capacity_on: bool, report) -> None:
         report(
             (*path, "target", "namespace"),
             f"{auto.target.namespace!r} differs from service.selector.namespace {ns!r}: the HPA must run where "
-            "the vLLM pods are",
+            "the engine pods are",
         )

@@ -70,7 +70,7 @@ class Builder:
             value = f'{{{{ $value | printf "{a["value_format"]}" }}}}'
         fill = {"value": value, "threshold": threshold_text, **(texts or {})}
         prefix = labels_template(self.ctx.group) if label_text is None else label_text
-        description = a["description"].format(**fill)
+        description = self.ctx.alert_refs(a["description"]).format(**fill)
         extra = [("severity", severity), ("signal", a["signal"])]
         if self.team:
             extra.append(("team", self.team))
@@ -83,7 +83,7 @@ class Builder:
                 severity=severity,
                 expr=expr,
                 for_=for_,
-                summary=a["summary"].format(**fill),
+                summary=self.ctx.alert_refs(a["summary"]).format(**fill),
                 description=f"{prefix}: {description}" if prefix else description,
                 runbook_url=naming.runbook_url(self.base_url, name),
                 labels=tuple(extra),

@@ -45,9 +45,11 @@ def goodput_row(ctx: Context, names: dict[str, str], objective: float | None, ef
         panels.append(
             Panel(
                 "Goodput (req/s)",
-                "Finished requests per second and those within each latency bound. vLLM has no joint histogram of "
-                "TTFT and TPOT, so goodput (within every bound and not aborted or failed) lies between the lower and "
-                "the upper bound; the gap is what the histograms cannot tell.",
+                ctx.words(
+                    "Finished requests per second and those within each latency bound. {engine} has no joint "
+                    "histogram of TTFT and TPOT, so goodput (within every bound and not aborted or failed) lies "
+                    "between the lower and the upper bound; the gap is what the histograms cannot tell."
+                ),
                 "reqps",
                 tuple(targets),
             )
@@ -77,8 +79,10 @@ def goodput_row(ctx: Context, names: dict[str, str], objective: float | None, ef
         panels.append(
             Panel(
                 "Goodput share",
-                "Share of finished requests within every latency bound. The gateway line, where configured, counts "
-                "each request; the bounds come from vLLM's separate histograms.",
+                ctx.words(
+                    "Share of finished requests within every latency bound. The gateway line, where configured, "
+                    "counts each request; the bounds come from {engine}'s separate histograms."
+                ),
                 "percentunit",
                 tuple(share),
                 thresholds=threshold_steps((("warning", objective),), "below") if objective is not None else (),
@@ -185,7 +189,7 @@ def headroom_row(ctx: Context, names: dict[str, str], max_num_seqs: int | None, 
 
 
 def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
-    """DCGM utilisation and framebuffer per vLLM pod, beside the same pod's queue."""
+    """DCGM utilisation and framebuffer per engine pod, beside the same pod's queue."""
     if gpu is None or "gpu_util_pod" not in names:
         return None
     s = _Sel(ctx, names)
@@ -197,9 +201,11 @@ def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
         (
             Panel(
                 "GPU utilisation per pod",
-                "DCGM_FI_DEV_GPU_UTIL averaged over each vLLM pod's GPUs (the share of time a kernel ran), and the "
-                "mean over the model's pods. High with a short queue is good economics; high with a long queue "
-                "(next panel, same pod) is saturation.",
+                ctx.words(
+                    "DCGM_FI_DEV_GPU_UTIL averaged over each {engine} pod's GPUs (the share of time a kernel ran), "
+                    "and the mean over the model's pods. High with a short queue is good economics; high with a "
+                    "long queue (next panel, same pod) is saturation."
+                ),
                 "percentunit",
                 (
                     Target(s("gpu_util_pod"), s.legend("{{pod}}")),
@@ -220,9 +226,11 @@ def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
             ),
             Panel(
                 "GPU framebuffer used: emptiest GPU per pod",
-                f"Used / (used + free) framebuffer (DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE) of each pod's "
-                f"emptiest GPU. vLLM reserves --gpu-memory-utilization ({reserved:g}) of every GPU at start; far "
-                "below it the engine did not take its reservation (another GPU, asleep, a smaller flag).",
+                "Used / (used + free) framebuffer (DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE) of each pod's "
+                + ctx.words(
+                    f"emptiest GPU. {{engine}} reserves {{hint:memory_flag}} ({reserved:g}) of every GPU at start; "
+                    "far below it the engine did not take its reservation ({hint:memory_missing_causes})."
+                ),
                 "percentunit",
                 (Target(s("gpu_fb_used_min_pod"), s.legend("{{pod}}")),),
                 thresholds=threshold_steps((("warning", floor),), "below"),
@@ -231,8 +239,10 @@ def gpu_row(ctx: Context, names: dict[str, str], gpu: Gpu | None) -> Row | None:
             ),
             Panel(
                 "GPU framebuffer used: fullest GPU per pod",
-                "The same share on each pod's fullest GPU. Near 100 % the next allocation outside vLLM's pool "
-                "(CUDA graphs, NCCL, another process) can fail with CUDA out of memory.",
+                ctx.words(
+                    "The same share on each pod's fullest GPU. Near 100 % the next allocation outside {engine}'s "
+                    "pool (CUDA graphs, NCCL, another process) can fail with CUDA out of memory."
+                ),
                 "percentunit",
                 (Target(s("gpu_fb_used_max_pod"), s.legend("{{pod}}")),),
                 thresholds=threshold_steps((("warning", 1 - parse_ratio(gpu.min_free)),), "above"),

@@ -52,8 +52,13 @@ class Context:
         return naming.alert(self.catalog.alert_prefix, key)
 
     def alert_refs(self, text: str) -> str:
-        """A handbook text with its {alert:Key} references named for this engine."""
-        return naming.alert_refs(text, self.catalog.alert_prefix)
+        """A handbook or alert text in this engine's words: its {alert:Key} references named for
+        the engine, {engine}, {metrics_path} and {hint:key} from its profile (Catalog.texts)."""
+        return self.catalog.texts(text)
+
+    def words(self, text: str) -> str:
+        """alert_refs with its whitespace made single: a panel text whose hint may be empty."""
+        return " ".join(self.alert_refs(text).split())
 
     @property
     def version_text(self) -> str:

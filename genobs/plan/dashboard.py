@@ -66,6 +66,10 @@ class PanelMaker:
 
 def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -> tuple[Row, ...]:
     """`lines`: signal -> threshold steps (threshold_steps) of its primary alert."""
+    fallback = ctx.words("{hint:tpot_fallback}")  # how older releases measure it, where they differ
+    tpot_fallback = f", {fallback}" if fallback else ""
+    not_itl = ctx.words("{hint:tpot_not_itl_panel}")
+    not_itl = f", {not_itl}" if not_itl else ""
     p = PanelMaker(ctx, rec)
     rows: list[Row] = []
 
@@ -118,9 +122,8 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         p.latency(
             "itl",
             "Inter-token latency",
-            "Time between consecutive engine outputs of a request (decode pace), p50/p90/p95/p99 and mean. vLLM "
-            "observes one gap per engine step: with speculative decoding a step emits 1 + accepted tokens, so "
-            "this is per step, not per token.",
+            ctx.words("Time between consecutive engine outputs of a request (decode pace), p50/p90/p95/p99 and mean. "
+                      "{hint:itl_per_step}"),
             lines.get("itl", ()),
         ),
         p.latency(
@@ -174,9 +177,8 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
                     "output_speed_per_user",
                     "Output speed per user (tok/s/user)",
                     "Output tokens per second ONE request stream receives, from per-request series (1 / mean "
-                    "TPOT, or tokens after the first / decode time before vLLM 0.11), not from the inter-token "
-                    "histogram, which observes engine steps (several tokens each with speculative decoding). "
-                    "Per-user, not system throughput: never compare it with tok/s panels.",
+                    f"TPOT{tpot_fallback}){not_itl}. Per-user, not system throughput: never compare it with "
+                    "tok/s panels.",
                     "tok/s/user",
                     "tok/s/user",
                     thresholds=lines.get("output_speed_per_user", ()),
@@ -331,7 +333,10 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
             (
                 Panel(
                     "API-server resident memory",
-                    "RSS of the vLLM API-server process (not engine cores or GPU workers). Absent in multiprocess mode.",
+                    ctx.words(
+                        "RSS of the {engine} API-server process (not engine cores or GPU workers). Absent in "
+                        "multiprocess mode."
+                    ),
                     "bytes",
                     (Target(p.sel("process_rss"), "{{instance}}"),),
                 ),
@@ -466,8 +471,7 @@ def _nixl_failures(p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> tup
     return (
         Panel(
             "NIXL failures",
-            "Failed KV transfers (with handshake and notification failures in vLLM 0.33), failed completion "
-            "notifications, and KV leases that expired on a prefill pod before a decode pod read them, per second.",
+            p.ctx.words("{hint:kv_transfer_failures}"),
             "ops",
             tuple(counts),
         ),
