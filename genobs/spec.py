@@ -100,8 +100,8 @@ class Service(_Model):
     )
     metric_names: Literal["colon", "underscore"] = Field(
         "colon",
-        description="How the Prometheus stores vLLM names: 'colon' (vllm:...) as exposed, or 'underscore' "
-        "(vllm_...) when the scrape escaped them (Prometheus 2.x with prometheus_client >= 0.23, Ray).",
+        description="How the Prometheus stores engine names with a colon: 'colon' (vllm:..., sglang:...) as "
+        "exposed, or 'underscore' (vllm_..., sglang_...) when the scrape escaped them (Prometheus 2.x with prometheus_client >= 0.23, Ray).",
     )
     cluster_label: LabelName | None = Field(
         None,
@@ -171,7 +171,7 @@ class Features(_Model):
     disaggregated_prefill: bool = Field(False, description="NIXL KV-transfer signals (disaggregated prefill/decode).")
     gpu_metrics: Annotated[Gpu | None, BeforeValidator(_gpu_short_form)] = Field(
         None,
-        description="GPU saturation and memory signals from NVIDIA's dcgm-exporter, joined per pod with vLLM's "
+        description="GPU saturation and memory signals from NVIDIA's dcgm-exporter, joined per pod with the engine's "
         "queue: dcgm (the defaults) or a block; none or omitted: off. Needs the capacity signals.",
         json_schema_extra=_gpu_schema,
     )
@@ -288,7 +288,7 @@ class Runbook(_Model):
 
 
 class Dashboard(_Model):
-    title: SafeValue | None = Field(None, description="Dashboard title. Default: 'vLLM - <name>'.")
+    title: SafeValue | None = Field(None, description="Dashboard title. Default: '<engine> - <name>' (e.g. 'vLLM - chat', 'SGLang - sglang').")
     uid: Annotated[str, AfterValidator(lambda v: _uid(v))] | None = Field(None, description="Grafana uid.")
     folder: SafeValue | None = Field(None, description="Grafana folder (used by the provisioning output).")
     refresh: PromDuration = Field("30s", description="Auto-refresh interval.")
@@ -323,7 +323,7 @@ class Kubernetes(_Model):
     )
     autoscaling: Autoscaling | None = Field(
         None,
-        description="Scale vLLM on waiting requests: prometheus-adapter rules, an autoscaling/v2 HPA and a KEDA "
+        description="Scale the engine pods on waiting requests: prometheus-adapter rules, an autoscaling/v2 HPA and a KEDA "
         "ScaledObject under kubernetes/ (written with the Kubernetes output).",
     )
 

@@ -93,12 +93,12 @@ class Gpu(Model):
     pod_label: LabelName = Field(
         "pod",
         description="Label of the DCGM series that names the GPU's workload pod (exported_pod when the scrape "
-        "did not honour the exporter's labels); joined with the pod label of vLLM's series.",
+        "did not honour the exporter's labels); joined with the pod label of the engine's series.",
     )
     namespace_label: LabelName | None = Field(
         "namespace",
         description="Label of the DCGM series that names the workload pod's namespace (exported_namespace without "
-        "honorLabels); null joins on the pod name alone (vLLM's series carry no namespace).",
+        "honorLabels); null joins on the pod name alone (the engine's series carry no namespace).",
     )
     saturation: Ratio = Field(0.9, description="GPU utilisation at or above which waiting requests mean saturation.")
     waiting_per_replica: float = Field(
@@ -106,7 +106,8 @@ class Gpu(Model):
     )
     for_: PendingDuration = Field("10m", alias="for", description="Pending duration of the saturation alert.")
     memory_utilization: Ratio = Field(
-        0.9, description="vLLM's --gpu-memory-utilization: the share of each GPU's memory the engine reserves at start."
+        0.9, description="The share of each GPU's memory the engine reserves at start (vLLM's "
+        "--gpu-memory-utilization, SGLang's --mem-fraction-static)."
     )
     reservation_floor: Ratio = Field(
         0.5, description="Warn when a serving pod's GPU holds less than this share of that reservation."
@@ -128,8 +129,8 @@ class Capacity(Model):
 
 class ScaleTarget(Model):
     kind: Literal["Deployment", "StatefulSet"] = Field("Deployment", description="Kind of the scaled workload.")
-    name: K8sName = Field(description="Name of the vLLM Deployment or StatefulSet.")
-    namespace: K8sName = Field(description="Namespace the vLLM pods run in.")
+    name: K8sName = Field(description="Name of the engine pods' Deployment or StatefulSet.")
+    namespace: K8sName = Field(description="Namespace the engine pods run in.")
 
 
 class Autoscaling(Model):
