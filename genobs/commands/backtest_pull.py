@@ -6,8 +6,9 @@ turned into blocks by `promtool tsdb create-blocks-from openmetrics`.
 Three things run at once, so that Prometheus answering, genobs parsing and promtool writing
 blocks overlap on a machine's cores: PULL_CONCURRENCY requests of the window being written
 (or of the next one), genobs turning the answers into text in order, and promtool on the
-previous window's file. Memory stays bounded by the answers in flight (each under promhttp's
-caps) and one window's file being read by promtool, whatever the range."""
+previous windows' files (PROMTOOLS_AT_ONCE at most). Memory stays bounded by the answers in
+flight (each under promhttp's caps) and the few window files promtool reads, whatever the
+range."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ SAMPLES_PER_ANSWER = 150_000  # under promhttp's caps: 32 MiB of JSON, 400,000 l
 MIN_WINDOW, MAX_WINDOW = 300.0, 86400.0
 # answers fetched and parsed at once: Prometheus answers one while genobs reads another
 PULL_CONCURRENCY = 2
-PROMTOOLS_AT_ONCE = 2  # promtool costs genobs' parsing again per sample: two keep up with it
+PROMTOOLS_AT_ONCE = 2  # promtool spends a bit more CPU per sample than genobs: two runs keep up with it
 PROMTOOL_TIMEOUT = 3600.0
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 
