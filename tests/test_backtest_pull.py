@@ -131,3 +131,26 @@ def test_a_hostile_answer_stops_the_pull_cleanly(source, tmp_path: Path):
         with pytest.raises(PrometheusError, match="sample value that is not a number"):
             pull_raw(hostile, selectors, base, base + 7200.0, 600.0, tmp_path, tsdb, 5, print)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+
+
+def test_samples_outside_the_window_or_at_no_time_are_left_out(tmp_path: Path):
+    """An answer's samples are kept only inside their window: one at the window's start (a
+    range selector includes it), one at NaN or infinite time (JSON's constants) are not."""
+    t = 1_700_000_000
+    series = [
+        ("vllm-chat", f'[[{t - 600},"1"],[Infinity,"1"],[{t},"1"]]'),
+        ("vllm-odd", f'[[{t - 300}.5,"0"],[NaN,"1"],[{t},"1"]]'),
+    ]
+    result = ",".join(f'{{"metric":{{"__name__":"up","job":"{job}"}},"values":{values}}}' for job, values in series)
+    body = ('{"status":"success","data":{"resultType":"matrix","result":[' + result + "]}}").encode()
+    tsdb = tmp_path / "raw"
+    tsdb.mkdir()
+    with serve(reply(body)) as odd:
+        copied = pull_raw(odd, tuple(load_rules(SPEC).raw[:1]), t - 600.0, float(t), 600.0, tmp_path, tsdb, 5, print)
+    assert copied == 3
+    lines = [(line.split()[1], line.split()[-2], line.split()[-1]) for line in dump(tsdb)]
+    assert sorted(lines) == [
+        ('job="vllm-chat"}', "1", f"{t}000"),
+        ('job="vllm-odd"}', "0", f"{t - 300}500"),
+        ('job="vllm-odd"}', "1", f"{t}000"),
+    ]
