@@ -63,9 +63,9 @@ def series_text(key: str, samples: list, a: float, b: float) -> tuple[str, int]:
         return "", 0
     times, values = zip(*samples)
     whole = set(map(type, times)) == {int}  # Prometheus writes a time without milliseconds as an integer
-    # a range selector's window includes its start; a float time may be NaN, which min and
-    # max do not see, so only the comparison of each time keeps exactly the samples in (a, b]
-    if not (whole and min(times) > a and max(times) <= b):
+    # a range selector's window includes its start; min and max do not see a NaN time (JSON's
+    # constants pass promhttp), a sum that is finite says there is none
+    if not (math.isfinite(sum(times)) and min(times) > a and max(times) <= b):
         kept = [(t, v) for t, v in zip(times, values) if a < t <= b]
         if not kept:
             return "", 0
