@@ -268,3 +268,4 @@ def _not_result(data: object, kind: str) -> str:
             except ValueError:
                 return f"series {i} has a sample value that is not a number ({_quote(value[1][:40])})"
     return ""
+

@@ -1,8 +1,8 @@
 """`genobs backtest SPEC --prometheus URL --from T --to T`: what the spec's alerts would
 have done over a live Prometheus' history. The command: options, the checks on the range
 and the server (exit 2 with a clear message), then rules (backtest_rules) -> private copy
-of the history and recorded series (backtest_tsdb) -> alert episodes (backtest_alerts) ->
-report (backtest_report) and timeline PNG (backtest_plot)."""
+of the raw history (backtest_pull) and recorded series (backtest_tsdb) -> alert episodes
+(backtest_alerts) -> report (backtest_report) and timeline PNG (backtest_plot)."""
 
 from __future__ import annotations
 
@@ -181,9 +181,10 @@ def backtest(
     interval, `for` and `keep_firing_for`). With --baseline-spec, the old spec's
     episodes side by side, so a threshold change is judged before it is merged."""
     from genobs.cli import fail_spec
+    from genobs.commands.backtest_pull import pull_raw, window_seconds
     from genobs.commands.backtest_report import Run, to_json, to_text
     from genobs.commands.backtest_rules import load_rules, shared_levels
-    from genobs.commands.backtest_tsdb import BacktestError, Source, count_series, pull_raw, window_seconds
+    from genobs.commands.backtest_tsdb import BacktestError, Source, count_series
     from genobs.commands.promopts import authorization_from
     from genobs.errors import SpecError
     from genobs.promhttp import PrometheusError, check_timeout, check_url, redact

@@ -1,10 +1,8 @@
 """`genobs backtest`, step 2: a private copy of the history the rules read. The raw samples
-of the spec's selectors are pulled from the user's Prometheus window by window (range
-selectors through /api/v1/query return the stored samples, not interpolated points),
-written as OpenMetrics and turned into blocks by `promtool tsdb create-blocks-from
-openmetrics`; a private Prometheus on loopback serves them, and each level of recording
-rules is backfilled by `promtool tsdb create-blocks-from rules` before the next level is
-evaluated. Memory stays bounded by one window of one selector, whatever the range."""
+of the spec's selectors are copied into blocks first (backtest_pull); a private Prometheus
+on loopback serves them, and each level of recording rules is backfilled the way `promtool
+tsdb create-blocks-from rules` does it before the next level is evaluated. Memory stays
+bounded by one window, whatever the range."""
 
 from __future__ import annotations
 
@@ -24,10 +22,7 @@ from genobs.promql import Selector
 from genobs.promtool import GO_ENV
 
 STEPS_PER_QUERY = 2000  # points per series per query_range; Prometheus refuses more than 11000
-SAMPLES_PER_ANSWER = 150_000  # under promhttp's caps: 32 MiB of JSON, 400,000 lists and objects (one a sample)
-MIN_WINDOW, MAX_WINDOW = 300.0, 86400.0
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 
 Progress = Callable[[str], None]
 
@@ -36,7 +31,7 @@ class BacktestError(Exception):
     """The history cannot be evaluated (no data, a tool failed); the message says why."""
 
 
-def _tool(name: str) -> str:
+def tool(name: str) -> str:
     exe = shutil.which(name)
     if exe is None:
         raise BacktestError(f"{name} not found on PATH: backtest evaluates the rules with it (Debian's 'prometheus')")
@@ -50,12 +45,6 @@ def _run(args: list[str], cwd: Path | None = None) -> None:
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise BacktestError(f"{Path(args[0]).name} {' '.join(args[1:4])} failed: {' / '.join(tail)}")
-
-
-def window_seconds(series: int, scrape: float) -> float:
-    """Length of one pull so that an answer stays near SAMPLES_PER_ANSWER samples."""
-    span = SAMPLES_PER_ANSWER * scrape / max(series, 1)
-    return max(MIN_WINDOW, min(MAX_WINDOW, span))
 
 
 @dataclass(frozen=True)
@@ -81,7 +70,7 @@ def count_series(url: Source | str, sel: Selector, start: float, end: float, tim
     return len(data)
 
 
-def _om_value(v: float) -> str:
+def om_value(v: float) -> str:
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
@@ -89,7 +78,7 @@ def _om_value(v: float) -> str:
     return repr(v)
 
 
-def _om_labels(metric: dict[str, str]) -> str:
+def om_labels(metric: dict[str, str]) -> str:
     parts = []
     for k in sorted(metric):
         if k == "__name__":
@@ -99,67 +88,6 @@ def _om_labels(metric: dict[str, str]) -> str:
         v = metric[k].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         parts.append(f'{k}="{v}"')
     return "{" + ",".join(parts) + "}"
-
-
-def _pull_window(url: Source | str, sel: Selector, a: float, b: float, timeout: float) -> list[dict]:
-    """Raw samples of `sel` in (a, b]; a window whose answer is too large is halved."""
-    try:
-        query = {"query": f"{selector_text(sel)}[{int(b - a)}s]", "time": f"{b:.3f}"}
-        data = ask(url, "query", query, timeout, True, expect="matrix")
-    except PrometheusError as exc:
-        if ("larger than" in str(exc) or "holds more than" in str(exc)) and b - a > 2 * 60:
-            mid = a + (b - a) // 2
-            return _pull_window(url, sel, a, mid, timeout) + _pull_window(url, sel, mid, b, timeout)
-        raise
-    return data["result"]  # type: ignore[index]  (ask checked it is a matrix)
-
-
-def pull_raw(
-    url: Source | str,
-    selectors: tuple[Selector, ...],
-    start: float,
-    end: float,
-    window: float,
-    work: Path,
-    tsdb: Path,
-    timeout: float,
-    progress: Progress,
-) -> int:
-    """Copy the raw samples of `selectors` in (start, end] into blocks under `tsdb`; returns
-    how many samples were copied."""
-    promtool = _tool("promtool")
-    total = 0
-    n = max(1, math.ceil((end - start) / window))
-    for i in range(n):
-        a, b = start + i * window, min(end, start + (i + 1) * window)
-        progress(f"pulling raw series: window {i + 1}/{n} ({len(selectors)} selectors)")
-        path = work / "window.om"
-        written = 0
-        with path.open("w", encoding="utf-8") as out:
-            seen: set[str] = set()
-            for sel in selectors:
-                for series in _pull_window(url, sel, a, b, timeout):
-                    name = series["metric"].get("__name__", "")
-                    if not _METRIC_NAME.match(name):
-                        raise PrometheusError(f"{url}: the answer holds an invalid metric name {name[:40]!r}")
-                    key = name + _om_labels(series["metric"])
-                    if key in seen:  # two selectors of one spec can match the same series
-                        continue
-                    seen.add(key)
-                    for point in series.get("values") or []:
-                        try:
-                            ts, value = float(point[0]), float(point[1])
-                        except (TypeError, ValueError, IndexError):
-                            raise PrometheusError(f"{url}: a sample of {name} is not [time, value]") from None
-                        if a < ts <= b:
-                            out.write(f"{key} {_om_value(value)} {ts:.3f}\n")
-                            written += 1
-            out.write("# EOF\n")
-        if written:
-            _run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(path), str(tsdb)])
-        total += written
-        path.unlink()
-    return total
 
 
 def _free_port() -> int:
@@ -177,7 +105,7 @@ class PrivatePrometheus:
         self.url = ""
 
     def start(self, timeout: float = 120.0) -> None:
-        exe = _tool("prometheus")
+        exe = tool("prometheus")
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         config = self.work / "prometheus.yml"
@@ -253,9 +181,9 @@ def _record_window(url: str, rule: Rule, begin: float, a: float, b: float, out, 
     written = 0
     for series in data["result"]:
         labels = {**series.get("metric", {}), **dict(rule.labels)}  # the rule's labels win, as in Prometheus
-        key = rule.name + _om_labels(labels)
+        key = rule.name + om_labels(labels)
         for ts, value in series.get("values", []):
-            out.write(f"{key} {_om_value(float(value))} {float(ts):.3f}\n")
+            out.write(f"{key} {om_value(float(value))} {float(ts):.3f}\n")
             written += 1
     return written
 
@@ -272,7 +200,7 @@ def backfill_levels(
     create-blocks-from rules` backfills them (query_range at the group's interval, the
     rule's labels added), written through create-blocks-from openmetrics. A level's inputs
     are served before it is evaluated."""
-    promtool = _tool("promtool")
+    promtool = tool("promtool")
     for n, level in enumerate(levels):
         rules = sorted(level, key=lambda r: r.name)  # one family's samples stay together
         span = STEPS_PER_QUERY * min(r.interval for r in rules)

@@ -1,0 +1,77 @@
+"""What `genobs backtest`'s raw pull costs alone: backtest_pull.pull_raw called in this
+process on the first HOURS of a history that bench_backtest.py kept (--keep DIR), served by
+a Prometheus on loopback; wall time, samples/s and the CPU seconds of genobs, of promtool
+(all its runs) and of the source Prometheus (with its start-up).
+
+    .venv/bin/python bench/bench_backtest.py --points 0.25x50 --keep /tmp/fleet50
+    .venv/bin/python bench/bench_pull.py --history /tmp/fleet50 --hours 2
+    .venv/bin/python bench/bench_pull.py --history /tmp/fleet50 --hours 2 --concurrency 1 --promtools 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import bench_backtest as bb
+
+sys.path.insert(0, str(bb.REPO))
+from genobs.commands.backtest_pull import PROMTOOLS_AT_ONCE, PULL_CONCURRENCY, pull_raw, window_seconds  # noqa: E402
+from genobs.commands.backtest_rules import load_rules  # noqa: E402
+from genobs.commands.backtest_tsdb import count_series  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--history", type=Path, required=True, help="a directory bench_backtest.py --keep filled")
+    parser.add_argument("--hours", type=float, default=2.0)
+    parser.add_argument("--concurrency", type=int, default=PULL_CONCURRENCY, help="answers in flight")
+    parser.add_argument("--promtools", type=int, default=PROMTOOLS_AT_ONCE, help="promtool runs at once")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="genobs-bench-pull-"))
+    tsdb = work / "source"
+    bb.link_blocks(args.history, tsdb)
+    start, _ = bb.history_bounds(tsdb)
+    end = start + args.hours * 3600
+    port = bb.free_port()
+    (work / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
+    cmd = [shutil.which("prometheus") or "/usr/bin/prometheus", f"--config.file={work / 'prometheus.yml'}"]
+    cmd += [f"--storage.tsdb.path={tsdb}", f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"]
+    source = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/-/ready", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        selectors = tuple(sorted({(s.name or "", s.matchers): s for s in load_rules(bb.SPEC).raw}.values()))
+        counts = [count_series(url, s, start - 1, end, 30) for s in selectors]
+        window = window_seconds(max(counts), bb.SCRAPE)
+        raw = work / "raw"
+        raw.mkdir()
+        t0, cpu0 = time.monotonic(), time.process_time()
+        copied = pull_raw(url, selectors, start - 1, end, window, work, raw, 60, lambda m: None, args.concurrency, args.promtools)
+        wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stat = Path(f"/proc/{source.pid}/stat").read_text().split()
+        source_cpu = (int(stat[13]) + int(stat[14])) / 100  # utime + stime in clock ticks
+        print(f"{copied:,} samples of {sum(counts):,} series in {wall:.1f} s: {copied / wall:,.0f} samples/s")
+        print(f"CPU s: genobs {cpu:.1f}, promtool {kids.ru_utime + kids.ru_stime:.1f}, source Prometheus {source_cpu:.1f}")
+    finally:
+        source.terminate()
+        source.wait(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
