@@ -155,3 +155,14 @@ def test_gates_name_the_engines_alerts() -> None:
     assert gates.gate("TtftP99High") is not None
     assert gates.alert_name("TtftP99High") == "SglangTtftP99High"
     assert load_gates(REPO / "specs" / "chat.yaml").alert_name("TtftP99High") == "VllmTtftP99High"
+
+
+def test_gates_keep_the_gateways_own_alert_names() -> None:
+    """A gateway's alerts are named by the gateway, whatever engine the pods run: compare's
+    threshold column names GatewayTtftP99High, the alert the rules define."""
+    gates = load_gates(REPO / "specs" / "gateway-vllm.yaml")
+    rules = (REPO / "out" / "gateway-vllm" / "prometheus" / "gateway.rules.yaml").read_text()
+    for key in ("GatewayTtftP99High", "GatewaySuccessRatioLow"):
+        assert gates.alert_name(key) == key
+        assert f"alert: {key}\n" in rules
+    assert gates.alert_name("KvCacheSaturated") == "VllmKvCacheSaturated"

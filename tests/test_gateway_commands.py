@@ -239,6 +239,7 @@ def test_compare_reads_user_facing_kpis_at_the_gateway(live) -> None:
         "compare", live["spec"], "--prometheus", prom.url, "--baseline", "model_name=m-old", "--candidate", "model_name=m-new",
         "--window", "20s", "--format", "json",
     )
+    assert result.stdout.strip(), result.output
     doc = json.loads(result.stdout)
     layer = {k["key"]: k["layer"] for k in doc["kpis"]}
     assert {layer[k] for k in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "gateway_success")} == {"gateway"}

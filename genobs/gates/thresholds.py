@@ -33,7 +33,10 @@ class SpecGates:
     spec: object = None  # genobs.spec.Spec the plan was built from
 
     def alert_name(self, key: str) -> str:
-        """The alert as the spec's engine names it (VllmTtftP99High, SglangTtftP99High)."""
+        """The alert as the spec's engine names it (VllmTtftP99High, SglangTtftP99High); a
+        gateway alert keeps its own name on every engine (GatewayTtftP99High)."""
+        if key in _gateway_alerts():
+            return key
         return naming.alert(getattr(self.plan, "alert_prefix", ""), key)
 
     def gate(self, alert: str) -> Level | None:
@@ -43,6 +46,12 @@ class SpecGates:
 
     def level(self, alert: str, severity: str) -> Level | None:
         return next((lv for lv in self.levels.get(alert, ()) if lv.severity == severity), None)
+
+
+@functools.cache
+def _gateway_alerts() -> frozenset[str]:
+    """The gateway's alert names (genobs/data/gateway.yaml), never prefixed by the pods' engine."""
+    return frozenset(data_files.load("gateway.yaml")["alerts"])
 
 
 _ORDER = {"warning": 0, "critical": 1, "info": 2}
