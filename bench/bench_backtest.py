@@ -122,9 +122,8 @@ def _metric(url: str, name: str) -> float:
     return 0.0
 
 
-def source(work: Path, tsdb: Path) -> tuple[subprocess.Popen, str]:
-    """A Prometheus on loopback serving the history in `tsdb`, its blocks compacted (as a
-    long-running Prometheus' are) before anything is timed."""
+def start_source(work: Path, tsdb: Path) -> tuple[subprocess.Popen, str]:
+    """A Prometheus on loopback serving the history in `tsdb`, once it answers ready."""
     port = free_port()
     (work / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
     proc = subprocess.Popen(
@@ -151,6 +150,13 @@ def source(work: Path, tsdb: Path) -> tuple[subprocess.Popen, str]:
                     break
         except OSError:
             time.sleep(0.5)
+    return proc, url
+
+
+def source(work: Path, tsdb: Path) -> tuple[subprocess.Popen, str]:
+    """A Prometheus on loopback serving the history in `tsdb`, its blocks compacted (as a
+    long-running Prometheus' are) before anything is timed."""
+    proc, url = start_source(work, tsdb)
     # the compactor runs a minute after start and then every minute, each run until nothing
     # is left to compact: wait until it has been idle (no compaction, under 0.5 s of CPU per
     # 10 s) for 70 s, and at least one run has passed

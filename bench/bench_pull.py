@@ -13,11 +13,9 @@ from __future__ import annotations
 import argparse
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import bench_backtest as bb
@@ -40,20 +38,8 @@ def main() -> None:
     bb.link_blocks(args.history, tsdb)
     start, _ = bb.history_bounds(tsdb)
     end = start + args.hours * 3600
-    port = bb.free_port()
-    (work / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
-    cmd = [shutil.which("prometheus") or "/usr/bin/prometheus", f"--config.file={work / 'prometheus.yml'}"]
-    cmd += [f"--storage.tsdb.path={tsdb}", f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"]
-    source = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    source, url = bb.start_source(work, tsdb)
     try:
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
         selectors = tuple(sorted({(s.name or "", s.matchers): s for s in load_rules(bb.SPEC).raw}.values()))
         counts = [count_series(url, s, start - 1, end, 30) for s in selectors]
         window = window_seconds(max(counts), bb.SCRAPE)
