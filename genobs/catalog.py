@@ -148,6 +148,8 @@ class Catalog:
     nixl_failures_include_notifications_since: Version = (0, 33, 0)
     display_name: str = "vLLM"
     alert_prefix: str = ""  # engine profiles: the prefix of pod-level alert names (Vllm, Sglang)
+    # a key's first word -> the engine's (Nixl -> Kv where the transfer is not NIXL's; naming.alert)
+    alert_renames: tuple[tuple[str, str], ...] = ()
     rank_label: str | None = "engine"  # the label of one engine (data-parallel rank) of a replica
     rank_labels_summed: tuple[str, ...] = ("engine",)  # labels every query aggregates away
     # signal (signals.yaml vocabulary) -> why this engine cannot back its alerts
@@ -184,7 +186,11 @@ class Catalog:
         """A handbook or alert text in this engine's words: {engine}, {metrics_path}, {hint:key}
         and the {alert:Key} names (genobs.naming)."""
         filled = naming.engine_refs(text, self.display_name, self.metrics_path, dict(self.hints))
-        return naming.alert_refs(filled, self.alert_prefix)
+        return naming.alert_refs(filled, self.alert_prefix, self.alert_renames)
+
+    def alert_name(self, key: str) -> str:
+        """The emitted name of a pod-level alert on this engine (naming.alert)."""
+        return naming.alert(self.alert_prefix, key, self.alert_renames)
 
     def missing_reason(self, signal: str) -> str | None:
         return dict(self.not_observable).get(signal)
@@ -303,6 +309,7 @@ def _build(raw: dict) -> Catalog:
         ),
         display_name=raw.get("display_name", raw["engine"]),
         alert_prefix=str(raw.get("alert_prefix", "")),
+        alert_renames=tuple((str(k), str(v)) for k, v in (raw.get("alert_renames") or {}).items()),
         rank_label=rank_label,
         rank_labels_summed=tuple(raw.get("rank_labels_summed", [rank_label] if rank_label else [])),
         # the newest release's notes unless a caller asks for another (Catalog.at)

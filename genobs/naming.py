@@ -39,16 +39,23 @@ def rule_file(spec_name: str, group_name: str) -> str:
 _ALERT_REF = re.compile(r"\{alert:([A-Za-z0-9]+)\}")
 
 
-def alert(prefix: str, key: str) -> str:
+def alert(prefix: str, key: str, renames: tuple[tuple[str, str], ...] = ()) -> str:
     """'Sglang', 'TtftP99High' -> 'SglangTtftP99High': the emitted name of a pod-level alert,
     from its engine-neutral key (signals.yaml, capacity.yaml) and the engine profile's
-    alert_prefix. Every rule, test, inhibition, runbook heading and text takes it from here."""
+    alert_prefix. `renames` (the profile's alert_renames) swap a key's first word for the
+    engine's: ('Nixl', 'Kv') names NixlTransfersFailing SglangKvTransfersFailing on an engine
+    whose transfers are not NIXL's. Every rule, test, inhibition, runbook heading and text takes
+    the name from here."""
+    for old, new in renames:
+        if key.startswith(old) and key[len(old) : len(old) + 1].isupper():
+            key = new + key[len(old) :]
+            break
     return f"{prefix}{key}"
 
 
-def alert_refs(text: str, prefix: str) -> str:
+def alert_refs(text: str, prefix: str, renames: tuple[tuple[str, str], ...] = ()) -> str:
     """Fill the {alert:Key} references of a handbook text with the engine's alert names."""
-    return _ALERT_REF.sub(lambda m: alert(prefix, m.group(1)), text)
+    return _ALERT_REF.sub(lambda m: alert(prefix, m.group(1), renames), text)
 
 
 _ENGINE_REF = re.compile(r"\{(engine|metrics_path|hint:([a-z_]+))\}")

@@ -196,3 +196,39 @@ def test_init_comments_speak_of_the_engine(engine: str) -> None:
     text = out.output.split("\nwarning:")[0]
     assert not VLLM_WORD.search(text), [line for line in text.splitlines() if VLLM_WORD.search(line)]
     assert "disaggregated_prefill: false      # KV-transfer signals" in text
+
+
+# SGLang's KV-transfer series cover whichever backend moves the cache (Mooncake, NIXL, ...: its
+# --disaggregation-transfer-backend), so its texts may name NIXL only as one backend among others
+SGLANG_NIXL_AS_ONE_BACKEND = re.compile(r"Mooncake, NIXL|unlike NIXL's time per transfer")
+
+
+def test_sglang_kv_transfer_is_named_for_every_backend_not_nixl() -> None:
+    files = render_spec(REPO / "specs" / "sglang-pd.yaml").files
+    rules = yaml.safe_load(files["prometheus/alerts.rules.yaml"])
+    names = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    assert {"SglangKvTransferTimeP99High", "SglangKvTransfersFailing"} <= names
+    assert not [n for n in names if "Nixl" in n]
+    nixl = [
+        (name, text)
+        for name, texts in user_texts(files).items()
+        for text in texts
+        if "NIXL" in text and not SGLANG_NIXL_AS_ONE_BACKEND.search(text)
+    ]
+    assert not nixl, nixl[:5]
+    board = json.loads(files["grafana/genobs-sglang-pd.json"])
+    titles: list[str] = []
+    _panel_words(board, titles)
+    assert {"KV transfer time", "KV transfer failures", "Disaggregated prefill (KV transfer)"} <= set(titles)
+    runbook = files["RUNBOOK.md"].decode()
+    assert "--disaggregation-bootstrap-port" in runbook_section(runbook, "SglangKvTransfersFailing")
+
+
+def test_vllm_keeps_its_nixl_names() -> None:
+    files = render_spec(REPO / "specs" / "disaggregated.yaml").files
+    rules = yaml.safe_load(files["prometheus/alerts.rules.yaml"])
+    names = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    assert {"VllmNixlTransferTimeP99High", "VllmNixlTransfersFailing", "VllmNixlKvExpired"} <= names
+    runbook = files["RUNBOOK.md"].decode()
+    assert "the NIXL side-channel port" in runbook_section(runbook, "VllmNixlTransfersFailing")
+    assert "**NIXL KV transfer** - NIXL KV transfer p99 above" in runbook

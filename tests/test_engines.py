@@ -66,7 +66,7 @@ def test_sglang_pd_spec_reads_kv_transfer_on_the_prefill_servers():
     """The SGLang P/D example alerts on the KV transfer, from the prefill body's series only."""
     _, plan = load_plan(REPO / "specs" / "sglang-pd.yaml")
     alerts = {r.name for g in plan.groups for r in g.rules if not isinstance(r, RecordingRule)}
-    assert {"SglangNixlTransferTimeP99High", "SglangNixlTransfersFailing"} <= alerts
+    assert {"SglangKvTransferTimeP99High", "SglangKvTransfersFailing"} <= alerts
     prefill = body_names("sglang_0.5.23_pd_prefill_exposition.txt")
     decode = body_names("sglang_0.5.23_pd_decode_exposition.txt")
     kv = {n for n in read_names(REPO / "specs" / "sglang-pd.yaml") if "transfer" in n}

@@ -76,6 +76,8 @@ BAD_SIDE = {
     "Queue time": "high",
     "NIXL transfer time": "high",
     "NIXL failure and expiry ratios": "high",
+    "KV transfer time": "high",  # SGLang's names of the two above
+    "KV transfer failure and expiry ratios": "high",
     "Length and abort finishes": "high",
     "KV cache usage": "high",
     "Running vs waiting requests": "high",

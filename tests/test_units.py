@@ -131,7 +131,7 @@ def _bucket_series(per_minute: dict[str, int], total_ms: int) -> list[dict]:
 
 def _alert_description(value: str) -> str:
     rules = yaml.safe_load((PD / "alerts.rules.yaml").read_text())
-    rule = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "SglangNixlTransferTimeP99High")
+    rule = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "SglangKvTransferTimeP99High")
     text = rule["annotations"]["description"]
     for label, v in (("model_name", "meta-llama/Llama-3.1-8B-Instruct"), ("namespace", "llm-prod"), ("job", "sglang-pd")):
         text = text.replace(f"{{{{ $labels.{label} }}}}", v)
@@ -156,15 +156,15 @@ def test_recorded_kv_transfer_p99_is_in_seconds(tmp_path: Path, promtool: str):
             ],
             "alert_rule_test": [
                 {
-                    "alertname": "SglangNixlTransferTimeP99High",
+                    "alertname": "SglangKvTransferTimeP99High",
                     "eval_time": "20m",
                     "exp_alerts": [
                         {
                             "exp_labels": {**labels, "severity": "warning", "signal": "nixl_transfer", "team": "inference-platform"},
                             "exp_annotations": {
-                                "summary": "NIXL KV transfer p99 above 500ms",
+                                "summary": "KV transfer p99 above 500ms",
                                 "description": _alert_description("2.5s"),
-                                "runbook_url": "https://git.example.com/sre/llm-observability/blob/main/out/sglang-pd/RUNBOOK.md#sglangnixltransfertimep99high",
+                                "runbook_url": "https://git.example.com/sre/llm-observability/blob/main/out/sglang-pd/RUNBOOK.md#sglangkvtransfertimep99high",
                             },
                         }
                     ],
@@ -177,7 +177,7 @@ def test_recorded_kv_transfer_p99_is_in_seconds(tmp_path: Path, promtool: str):
             "promql_expr_test": [
                 {"expr": f"round({p99}, 0.0001)", "eval_time": "20m", "exp_samples": [{"labels": _text(labels), "value": 0.0285}]}
             ],
-            "alert_rule_test": [{"alertname": "SglangNixlTransferTimeP99High", "eval_time": "20m", "exp_alerts": []}],
+            "alert_rule_test": [{"alertname": "SglangKvTransferTimeP99High", "eval_time": "20m", "exp_alerts": []}],
         },
     ]
     path = tmp_path / "kv.test.yaml"
@@ -202,7 +202,7 @@ def test_kv_transfer_before_0_5_10_is_not_observable(tmp_path: Path):
     spec.write_text(base)
     result = CliRunner().invoke(main, ["build", "--no-check", "-o", str(tmp_path / "out"), str(spec)])
     assert result.exit_code == 0, result.output
-    assert "NIXL KV transfer (nixl_transfer) is not observable on SGLang 0.5.9: before 0.5.10" in result.output
+    assert "KV transfer (nixl_transfer) is not observable on SGLang 0.5.9: before 0.5.10" in result.output
     rules = (tmp_path / "out" / "probe" / "prometheus" / "recording.rules.yaml").read_text()
     assert "kv_transfer" not in rules and "transfer_failed" not in rules
     spec.write_text(base + "alerts:\n  nixl_transfer: {warning: 1s}\n")

@@ -26,11 +26,11 @@ def signal_data() -> dict:
     return {key: {**base[key], **extra[key]} for key in ("signals", "alerts")}
 
 
-def known_names(alert_prefix: str = "Vllm") -> list[str]:
+def known_names(alert_prefix: str = "Vllm", renames: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """Every alert and signal name genobs knows without a spec (for completion and hints), the
-    alerts named as the engine of `alert_prefix` names them (vLLM's by default)."""
+    alerts named as the engine of `alert_prefix` and `renames` names them (vLLM's by default)."""
     data = signal_data()
-    return [*(naming.alert(alert_prefix, key) for key in data["alerts"]), *data["signals"]]
+    return [*(naming.alert(alert_prefix, key, renames) for key in data["alerts"]), *data["signals"]]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def _alert_keys(plan) -> dict[str, tuple[str, str]]:
     """Alert name -> (key, signal): the plan's alerts, then every built-in one under the plan's prefix."""
     out = {a.name: (a.key, a.signal) for a in plan.alerts}
     for key, a in signal_data()["alerts"].items():
-        out.setdefault(naming.alert(plan.alert_prefix, key), (key, a["signal"]))
+        out.setdefault(naming.alert(plan.alert_prefix, key, plan.alert_renames), (key, a["signal"]))
     return out
 
 
@@ -62,7 +62,7 @@ def resolve(name: str, plan) -> Match | None:
 
 
 def suggestions(name: str, plan) -> list[str]:
-    names = sorted({*known_names(plan.alert_prefix), *(a.name for a in plan.alerts)})
+    names = sorted({*known_names(plan.alert_prefix, plan.alert_renames), *(a.name for a in plan.alerts)})
     by_lower = {n.lower(): n for n in names}
     return [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=2, cutoff=0.6)]
 
@@ -217,7 +217,8 @@ def _complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> li
     """Alert names of every engine (VllmTtftP99High, SglangTtftP99High, ...) and the signals."""
     from genobs.catalog import ENGINES, load_catalog
 
-    names = dict.fromkeys(n for e in ENGINES for n in known_names(load_catalog(e).alert_prefix))
+    catalogs = [load_catalog(e) for e in ENGINES]
+    names = dict.fromkeys(n for c in catalogs for n in known_names(c.alert_prefix, c.alert_renames))
     return [n for n in names if n.lower().startswith(incomplete.lower())]
 
 

@@ -37,7 +37,7 @@ class SpecGates:
         gateway alert keeps its own name on every engine (GatewayTtftP99High)."""
         if key in _gateway_alerts():
             return key
-        return naming.alert(getattr(self.plan, "alert_prefix", ""), key)
+        return naming.alert(getattr(self.plan, "alert_prefix", ""), key, getattr(self.plan, "alert_renames", ()))
 
     def gate(self, alert: str) -> Level | None:
         """The level that gates: warning (the sources' warning threshold), else the first one."""

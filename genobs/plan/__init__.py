@@ -31,7 +31,7 @@ _FEATURE_NEEDS = {
         ("spec_decode_accepted_tokens", "spec_decode_acceptance_gauge"),
         "speculative-decoding acceptance metrics",
     ),
-    "disaggregated_prefill": (("nixl_xfer_time",), "NIXL KV-transfer metrics"),
+    "disaggregated_prefill": (("nixl_xfer_time",), "{hint:xfer_kv}-transfer metrics"),
     "prefix_caching": (("prefix_cache_hits", "prefix_cache_hit_rate_gauge"), "prefix-cache metrics"),
 }
 
@@ -94,6 +94,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
     unavailable = set()
     for feature in sorted(features):
         keys, what = _FEATURE_NEEDS[feature]
+        what = catalog.texts(what)
         if feature == "disaggregated_prefill" and catalog.missing_reason("nixl_transfer") is not None:
             continue  # prefill/decode pools without KV-transfer series: the capability notes say so
         if not any(catalog.name(k, version) for k in keys):
@@ -319,10 +320,10 @@ def capability_lines(ctx: Context, preset: str) -> list[str]:
     out = []
     for signal, why in ctx.catalog.not_observable:
         if signal in wanted:
-            out.append(f"{data['signals'][signal]['title']} ({signal}) is not observable on {ctx.release}: {why}")
+            out.append(f"{ctx.alert_refs(data['signals'][signal]['title'])} ({signal}) is not observable on {ctx.release}: {why}")
     for signal, how in ctx.catalog.approximate:
         if signal in wanted:
-            out.append(f"{data['signals'][signal]['title']} ({signal}) is an approximation on {ctx.release}: {how}")
+            out.append(f"{ctx.alert_refs(data['signals'][signal]['title'])} ({signal}) is an approximation on {ctx.release}: {how}")
     return out
 
 
@@ -484,6 +485,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ()),
         engine_release=ctx.release,
         alert_prefix=ctx.catalog.alert_prefix,
+        alert_renames=ctx.catalog.alert_renames,
         global_slos=tuple(s.name for s in spec.slos if s.scope == "global" and ctx.cluster),
         unobservable=ctx.catalog.not_observable,
         approximations=ctx.catalog.approximate,

@@ -219,7 +219,7 @@ LATENCY_ALERTS = {
     "ItlP99High": ("itl", "Inter-token latency"),
     "E2eLatencyP99High": ("e2e", "End-to-end latency"),
     "QueueTimeP99High": ("queue_time", "Queue time"),
-    "NixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time"),
+    "NixlTransferTimeP99High": ("nixl_xfer_time", "{hint:xfer_noun} time"),
 }
 
 
@@ -308,7 +308,7 @@ class AlertBuilder:
                 return None  # feature off (NIXL)
             series = r.ref(f"{key}_quantile", p99)
             gate = "" if key == "nixl_xfer_time" else f" {self._traffic_gate()}"
-            return f"{series} {op} {t}{gate}", series, panel
+            return f"{series} {op} {t}{gate}", series, ctx.words(panel)
         if a.key == "SuccessRatioLow":
             # attempts (finished, HTTP 5xx, rejections) gate it: an API server failing every request
             # before the engine finishes none; below the gate, a count over the last hour decides
@@ -327,15 +327,15 @@ class AlertBuilder:
             series = r.ref(key)
             return f"{series} {op} {t} {self._traffic_gate()}", series, panel
         nixl = {
-            "NixlTransfersFailing": ("nixl_failed_ratio", "NIXL failure and expiry ratios"),
-            "NixlKvExpired": ("nixl_kv_expired_ratio", "NIXL failure and expiry ratios"),
+            "NixlTransfersFailing": ("nixl_failed_ratio", "{hint:xfer} failure and expiry ratios"),
+            "NixlKvExpired": ("nixl_kv_expired_ratio", "{hint:xfer} failure and expiry ratios"),
         }
         if a.key in nixl:
             key, panel = nixl[a.key]
             if key not in r.names:
                 return None  # feature off, or a version without the counter (KV expiry from 0.15.0)
             series = r.ref(key)
-            return f"{series} {op} {t} {self._traffic_gate()}", series, panel
+            return f"{series} {op} {t} {self._traffic_gate()}", series, ctx.words(panel)
         if a.key == "SpecDecodeAcceptanceLow":
             if "spec_alpha" not in r.names:
                 return None  # feature off, or a version without per-position counts (see plan notes)

@@ -23,7 +23,7 @@ _LATENCY = {
     "ItlP99High": ("itl", "inter-token latency p99"),
     "E2eLatencyP99High": ("e2e", "end-to-end latency p99"),
     "QueueTimeP99High": ("queue_time", "queue time p99"),
-    "NixlTransferTimeP99High": ("nixl_xfer_time", "NIXL transfer time p99"),
+    "NixlTransferTimeP99High": ("nixl_xfer_time", "{hint:xfer_noun} time p99"),
 }
 
 
@@ -104,7 +104,7 @@ def _nixl_failed(ctx: Context) -> Query:
     if ctx.has("nixl_failed_notifications") and ctx.version < ctx.catalog.nixl_failures_include_notifications_since:
         failed = f"{failed} + {_rate(ctx, 'nixl_failed_notifications')}"
     attempted = f"{_rate(ctx, 'nixl_xfer_time', '_count')} + {failed}"
-    return f"share of failed NIXL transfers {_where(ctx, labels)}", q.ratio(failed, attempted)
+    return f"share of failed {ctx.words('{hint:xfer_noun}')}s {_where(ctx, labels)}", q.ratio(failed, attempted)
 
 
 def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...]:
@@ -115,7 +115,7 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         key, what = _LATENCY[alert]
         labels = replica_labels(ctx, key)
         quantile = ctx.in_seconds(key, q.quantile(0.99, labels, ctx.rate(key, "_bucket")))
-        return ((f"{what} {_where(ctx, labels)}", quantile),)
+        return ((f"{ctx.words(what)} {_where(ctx, labels)}", quantile),)
     if alert == "LengthFinishRatioHigh":
         return (_finish_share(ctx, ("length",), "share of length finishes"),)
     if alert == "AbortRatioHigh":

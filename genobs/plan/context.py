@@ -49,7 +49,7 @@ class Context:
     def alert(self, key: str) -> str:
         """The emitted name of a pod-level alert: 'TtftP99High' -> 'VllmTtftP99High' on vLLM,
         'SglangTtftP99High' on SGLang (the profile's alert_prefix)."""
-        return naming.alert(self.catalog.alert_prefix, key)
+        return self.catalog.alert_name(key)
 
     def alert_refs(self, text: str) -> str:
         """A handbook or alert text in this engine's words: its {alert:Key} references named for

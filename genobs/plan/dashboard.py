@@ -322,7 +322,7 @@ def build_dashboard_rows(ctx: Context, rec: Recorder, lines: dict[str, tuple]) -
         rows.append(Row("Speculative decoding", tuple(panels)))
 
     if "nixl_xfer_time_quantile" in rec.names:
-        rows.append(Row("Disaggregated prefill (NIXL)", _nixl(ctx, p, rec, lines)))
+        rows.append(Row(ctx.words("Disaggregated prefill ({hint:xfer})"), _nixl(ctx, p, rec, lines)))
 
     from genobs.plan import drilldown
 
@@ -442,11 +442,12 @@ def _nixl(ctx: Context, p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -
     how = ctx.catalog.caveat("nixl_transfer")
     if how is not None:
         description += f" Approximation on {ctx.release}: {how}."
-    panels = [p.latency("nixl_xfer_time", "NIXL transfer time", description, lines.get("nixl_transfer", ()))]
+    title = ctx.words("{hint:xfer_noun} time")
+    panels = [p.latency("nixl_xfer_time", title, description, lines.get("nixl_transfer", ()))]
     if "nixl_throughput" in rec.names:
         panels.append(
             Panel(
-                "NIXL bytes per second",
+                ctx.words("{hint:xfer} bytes per second"),
                 "Bytes moved per second of wall time, and per second of transfer time (link throughput).",
                 "Bps",
                 (
@@ -470,15 +471,17 @@ def _nixl_failures(p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -> tup
         ratios.append(Target(p.sel("nixl_kv_expired_ratio"), p.legend("expired leases / requests")))
     return (
         Panel(
-            "NIXL failures",
+            p.ctx.words("{hint:xfer} failures"),
             p.ctx.words("{hint:kv_transfer_failures}"),
             "ops",
             tuple(counts),
         ),
         Panel(
-            "NIXL failure and expiry ratios",
-            "Failed transfers over attempted transfers (completed + failed), and expired KV leases per user "
-            "request (finished on the decode pool): what the NIXL failure and expiry alerts read.",
+            p.ctx.words("{hint:xfer} failure and expiry ratios"),
+            p.ctx.words(
+                "Failed transfers over attempted transfers (completed + failed), and expired KV leases per user "
+                "request (finished on the decode pool): what the {hint:xfer} failure and expiry alerts read."
+            ),
             "percentunit",
             tuple(ratios),
             thresholds=lines.get("nixl_failures", ()),

@@ -473,7 +473,7 @@ def capability_lines(gctx: Context, ctx: Context) -> list[str]:
     for signal, why in gctx.catalog.not_observable:
         if signal in said or gctx.has(signal):
             continue
-        title = titles[signal]["title"] if signal in titles else _TITLES.get(signal, signal)
+        title = ctx.alert_refs(titles[signal]["title"]) if signal in titles else _TITLES.get(signal, signal)
         out.append(f"{title} ({signal}) is not observable on {gctx.release}: {why}; read on the pods ({ctx.release})")
     return out
 
