@@ -15,6 +15,8 @@ Version = tuple[int, int, int]
 # units a histogram or counter of durations may be exported in -> how many make one second;
 # genobs records every such series in seconds
 TIME_UNITS = {"seconds": 1, "milliseconds": 1000, "microseconds": 1_000_000}
+# sizes: bytes in one unit (SGLang's "MB" is total_bytes / (1024 * 1024))
+SIZE_UNITS = {"bytes": 1, "mebibytes": 1 << 20}
 
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev)\d*)?")
 
@@ -101,12 +103,18 @@ class MetricDef:
         seconds and for every unit that is not a duration (tokens, bytes)."""
         return TIME_UNITS.get(self.unit, 1)
 
-    def wire_value(self, seconds: float) -> float:
-        """A duration in the histogram's own unit (0.5 s -> 500 on a millisecond histogram): what
-        its `le` labels and `_sum` hold."""
-        if self.per_second == 1:
-            return seconds
-        return float(f"{seconds * self.per_second:.12g}")  # 0.005 * 1000 is 5.000000000000001
+    @property
+    def bytes_per_unit(self) -> int:
+        """Bytes in one wire unit: 1048576 for a mebibyte histogram, 1 for bytes and for every
+        unit that is not a size."""
+        return SIZE_UNITS.get(self.unit, 1)
+
+    def wire_value(self, value: float) -> float:
+        """A value in seconds or bytes, in the histogram's own unit (0.5 s -> 500 on a millisecond
+        histogram, 64 MiB -> 64 on a mebibyte one): what its `le` labels and `_sum` hold."""
+        if self.per_second == 1 and self.bytes_per_unit == 1:
+            return value
+        return float(f"{value * self.per_second / self.bytes_per_unit:.12g}")  # 0.005 * 1000 is 5.000000000000001
 
     def wire_buckets_for(self, v: Version) -> tuple[float, ...]:
         """The bucket bounds as the engine writes them in `le`, in the histogram's own unit."""
@@ -116,9 +124,11 @@ class MetricDef:
         return ()
 
     def buckets_for(self, v: Version) -> tuple[float, ...]:
-        """The bucket bounds in seconds for a duration histogram (what thresholds compare with);
-        other histograms' bounds as they are."""
+        """The bucket bounds in seconds for a duration histogram (what thresholds compare with), in
+        bytes for a size histogram; other histograms' bounds as they are."""
         le = self.wire_buckets_for(v)
+        if self.bytes_per_unit != 1:
+            return tuple(b * self.bytes_per_unit for b in le)
         return le if self.per_second == 1 else tuple(b / self.per_second for b in le)
 
     def available_from(self) -> Version:
@@ -287,7 +297,8 @@ def _build(raw: dict) -> Catalog:
             label_aliases=tuple((str(k), str(v)) for k, v in m.get("label_aliases", {}).items()),
             observed_on=m.get("observed_on"),
         )
-        if m["unit"] in TIME_UNITS and m["unit"] != "seconds" and m["type"] not in ("histogram", "counter"):
+        scaled = {**TIME_UNITS, **SIZE_UNITS}.keys() - {"seconds", "bytes"}
+        if m["unit"] in scaled and m["type"] not in ("histogram", "counter"):
             raise ValueError(f"{raw['engine']}.yaml metrics.{key}: unit {m['unit']} is for histograms and counters")
     sv = raw["supported_versions"]
     never = (10**6, 0, 0)  # an engine without the rank label, or without the feature

@@ -769,7 +769,7 @@ class SglangReplicaSeries(ReplicaSeries):
         # without data parallelism (engines: 1) the schedulers write no dp_rank, as in the P/D bodies
         self.engine = [(*rank, ("dp_rank", str(e))) if fleet.engines > 1 else rank for e in range(fleet.engines)]
         self.hists = {}
-        for key, h in (*d["histograms"].items(), ("kv_transfer", d["kv_transfer"])):
+        for key, h in (*d["histograms"].items(), ("kv_transfer", d["kv_transfer"]), ("kv_transfer_size", d["kv_transfer_size"])):
             bounds = (*(float(b) for b in h["buckets"]), math.inf)
             self.hists[key] = [(h["name"], bounds, [le_text(b) for b in bounds])]
 
@@ -868,11 +868,14 @@ class SglangReplicaSeries(ReplicaSeries):
 
 
     def _kv_transfer(self, nx: dict, labels: Labels, dt: float) -> None:
-        """A P/D pair's KV transfers: {transfers: /s, failed: /s, latency_ms: {p50, p99}} per server.
-        The prefill server observes each completed transfer in milliseconds (the decode server
-        only bootstrap and allocation times); both servers count each failed transfer."""
+        """A P/D pair's KV transfers: {transfers: /s, failed: /s, latency_ms: {p50, p99}, size_mb:
+        {p50, p99}} per server. The prefill server observes each completed transfer in milliseconds
+        and its size in MiB (the decode server only bootstrap and allocation times); both servers
+        count each failed transfer. Sizes default to the real prefill body's (mean 180 MiB)."""
         if self.role == "prefill":
-            self._hist("kv_transfer", labels, float(nx.get("transfers", 0.0)) * dt, Dist.of(nx["latency_ms"]))
+            n = float(nx.get("transfers", 0.0)) * dt
+            self._hist("kv_transfer", labels, n, Dist.of(nx["latency_ms"]))
+            self._hist("kv_transfer_size", labels, n, Dist.of(nx.get("size_mb", {"p50": 180, "p99": 800})))
         self._add(DATA["sglang"]["transfer_failed"], labels, float(nx.get("failed", 0.0)) * dt)
 
 

@@ -75,8 +75,10 @@ def test_sglang_pd_spec_reads_kv_transfer_on_the_prefill_servers():
         "sglang:kv_transfer_latency_ms_sum",
         "sglang:kv_transfer_latency_ms_count",
         "sglang:num_transfer_failed_reqs_total",
+        "sglang:kv_transfer_total_mb_sum",
     }
     assert kv <= prefill and "sglang:kv_transfer_latency_ms_bucket" not in decode
+    assert "sglang:kv_transfer_total_mb_sum" not in decode
     exprs = [r.expr for g in plan.groups for r in g.rules]
     assert all('engine_type="prefill"' in e for e in exprs for n in kv if f"{n}{{" in e)
 

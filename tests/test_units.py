@@ -187,6 +187,55 @@ def test_recorded_kv_transfer_p99_is_in_seconds(tmp_path: Path, promtool: str):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+def test_sglang_mebibytes_are_recorded_in_bytes():
+    """SGLang's "MB" is total bytes / (1024 * 1024) (req_time_stats.py): the profile says mebibytes,
+    bounds in bytes are the wire bounds times 1048576, and the wire value of 64 MiB is 64."""
+    mb = load_catalog("sglang").metric("nixl_bytes")
+    assert mb.unit == "mebibytes" and mb.bytes_per_unit == 2**20 and mb.per_second == 1
+    assert mb.wire_buckets_for(parse_version("0.5.23")) == (1, 5, 10, 50, 100, 500, 1000, 5000, 10000)
+    assert mb.buckets_for(parse_version("0.5.23"))[:2] == (2**20, 5 * 2**20)
+    assert mb.wire_value(64 * 2**20) == 64.0
+    assert load_catalog("sglang").name("nixl_bytes", parse_version("0.5.9")) is None  # a gauge up to 0.5.9
+
+
+def test_recorded_kv_transfer_bytes_and_throughput_from_the_real_prefill_body(tmp_path: Path, promtool: str):
+    """The real prefill body's totals as one minute's transfers: 172 transfers, 30883.875 MiB
+    (sglang:kv_transfer_total_mb_sum) in 1448.23 ms (sglang:kv_transfer_latency_ms_sum). The
+    committed rules record 30883.875 * 1048576 / 60 bytes/s, and as link throughput the bytes over
+    the seconds of transfer time (about 22.4 GB/s), not MiB over milliseconds (21,325)."""
+    minute_mb, minute_ms = 30883.875, 1448.2278760019417
+    series = [
+        {"series": f"sglang:kv_transfer_total_mb_sum{{{PREFILL}}}", "values": f"0+{minute_mb}x40"},
+        {"series": f"sglang:kv_transfer_total_mb_count{{{PREFILL}}}", "values": "0+172x40"},
+        {"series": f"sglang:kv_transfer_latency_ms_sum{{{PREFILL}}}", "values": f"0+{minute_ms}x40"},
+        {"series": f"sglang:kv_transfer_latency_ms_count{{{PREFILL}}}", "values": "0+172x40"},
+    ]
+    labels = _text({"job": "sglang-pd", "model_name": "meta-llama/Llama-3.1-8B-Instruct", "namespace": "llm-prod"})
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {
+                    "expr": "round(genobs:nixl_bytes_transferred:rate5m)",
+                    "eval_time": "20m",
+                    "exp_samples": [{"labels": labels, "value": round(minute_mb * 2**20 / 60)}],
+                },
+                {
+                    "expr": "round(genobs:nixl_transfer_throughput:bytes_per_second_rate5m / 1e6)",
+                    "eval_time": "20m",
+                    "exp_samples": [{"labels": labels, "value": round(minute_mb * 2**20 / (minute_ms / 1000) / 1e6)}],
+                },
+            ],
+        }
+    ]
+    path = tmp_path / "bytes.test.yaml"
+    rules = [str(PD / "recording.rules.yaml")]
+    path.write_text(yaml.safe_dump({"rule_files": rules, "evaluation_interval": "30s", "tests": tests}, sort_keys=False))
+    run = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def _text(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 

@@ -214,6 +214,12 @@ class Context:
         per_second = self.catalog.metric(key).per_second
         return expr if per_second == 1 else f"{expr} / {per_second}"
 
+    def in_bytes(self, key: str, expr: str) -> str:
+        """`expr`, a size read from histogram `key`, in bytes: a mebibyte histogram's _sum rates
+        are multiplied by 1048576."""
+        per_unit = self.catalog.metric(key).bytes_per_unit
+        return expr if per_unit == 1 else f"{expr} * {per_unit}"
+
     def le(self, key: str, seconds: float) -> q.Matcher:
         """The `le` matcher of the bucket bound `seconds` of histogram `key`, in the histogram's own
         unit (0.5 s is le="500" on a millisecond histogram)."""

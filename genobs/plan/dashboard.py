@@ -445,10 +445,13 @@ def _nixl(ctx: Context, p: PanelMaker, rec: Recorder, lines: dict[str, tuple]) -
     title = ctx.words("{hint:xfer_noun} time")
     panels = [p.latency("nixl_xfer_time", title, description, lines.get("nixl_transfer", ()))]
     if "nixl_throughput" in rec.names:
+        bytes_text = "Bytes moved per second of wall time, and per second of transfer time (link throughput)."
+        if how is not None:  # the transfer time it divides by is an approximation
+            bytes_text += f" The transfer time is the approximation above on {ctx.release}, so the link throughput reads low."
         panels.append(
             Panel(
                 ctx.words("{hint:xfer} bytes per second"),
-                "Bytes moved per second of wall time, and per second of transfer time (link throughput).",
+                bytes_text,
                 "Bps",
                 (
                     Target(p.sel("nixl_bytes_rate"), p.legend("bytes/s")),

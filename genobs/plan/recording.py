@@ -258,8 +258,8 @@ def _nixl(r: Recorder) -> None:
     share of user requests. NIXL series are read on every pod: vLLM counts expiries on the prefill
     side, and which side observes a transfer depends on the connector's direction."""
     ctx = r.ctx
-    if ctx.has("nixl_bytes"):  # SGLang's transfer sizes are in MB: not read
-        r.add("nixl_bytes_rate", "nixl_bytes_transferred", "rate", ctx.sum_rate("nixl_bytes", "_sum"))
+    if ctx.has("nixl_bytes"):  # in bytes: SGLang writes mebibytes
+        r.add("nixl_bytes_rate", "nixl_bytes_transferred", "rate", ctx.in_bytes("nixl_bytes", ctx.sum_rate("nixl_bytes", "_sum")))
         seconds = ctx.in_seconds("nixl_xfer_time", ctx.sum_rate("nixl_xfer_time", "_sum"))
         r.add("nixl_throughput", "nixl_transfer_throughput", "bytes_per_second", q.ratio(r.ref("nixl_bytes_rate"), seconds))
     if not ctx.has("nixl_failed_transfers"):

@@ -219,9 +219,10 @@ class FleetCollector:
                     total = 0.0
                 else:
                     buckets, total = h.cumulative(), h.sum
-                # the traffic model observes seconds; the engine writes its own unit (milliseconds)
+                # the traffic model observes seconds and bytes; the engine writes its own unit
+                # (milliseconds, mebibytes)
                 wire = [(floatToGoString(m.wire_value(le)), c) for le, c in buckets]
-                fam.add_metric(labels, wire, total * m.per_second)
+                fam.add_metric(labels, wire, total * m.per_second / m.bytes_per_unit)
                 if self.created:
                     fam.samples.append(Sample(f.wire + "_created", dict(zip(names, labels)), self.created_at))
             return fam

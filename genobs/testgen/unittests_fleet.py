@@ -516,7 +516,7 @@ def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> 
                 out.append(series_entry(f"{base}_bucket", engine_labels(rank, le=le), _counter(cumulative, n, minutes)))
     metric = ctx.catalog.metric(key)
     sum_rate = hist_sum_rate(ctx, fleet, key) if total else Fraction(0)
-    if total and metric.per_second != 1:  # observed values in the histogram's own unit (milliseconds)
+    if total and (metric.per_second != 1 or metric.bytes_per_unit != 1):  # in its own unit (ms, MiB)
         sum_rate = sum((Fraction(c) * Fraction(metric.wire_value(bs[min(j, len(bs) - 1)])) for j, c in dist), Fraction(0))
     for suffix, rate in (("_sum", sum_rate), ("_count", total)):
         if f"{base}{suffix}" in needed:
