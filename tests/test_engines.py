@@ -321,3 +321,66 @@ def test_sglang_pd_fleet_exports_what_the_real_pd_bodies_have():
     assert {("prefill", "sglang:num_transfer_failed_reqs_total"), ("decode", "sglang:num_transfer_failed_reqs_total")} <= seen
     real_les = set(re.findall(r'kv_transfer_latency_ms_bucket\{[^}]*le="([^"]+)"', (BODIES / "sglang_0.5.23_pd_prefill_exposition.txt").read_text()))
     assert les == real_les
+
+
+class _Clock:
+    """Simulated seconds for a Simulator (its traffic is a function of elapsed time)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_simulated_sglang_pd_server_exports_what_the_real_pd_body_has(role: str):
+    """`genobs simulate --engine sglang --role <role>` writes, of the profile's families, exactly
+    those the real SGLang 0.5.23 server of that role writes, each with the real body's label names
+    (engine_type=<role>, scheduler ranks, is_streaming) and, for the KV-transfer latency, its
+    millisecond bucket bounds."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from genobs.sim import Simulator
+
+    body = f"sglang_0.5.23_pd_{role}_exposition.txt"
+    real = body_label_sets(body)
+    clock = _Clock()
+    sim = Simulator("0.5.23", {"m": "nixl_slowdown"}, engine="sglang", role=role, fault_after=10, clock=clock)
+    clock.t = 40.0  # healthy traffic, then the KV-transfer fault
+    simulated: dict[str, dict] = {}
+    for fam in text_string_to_metric_families(sim.render().decode()):
+        for s in fam.samples:
+            simulated.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    for name, series in simulated.items():
+        assert name in real, f"{name} is not in the real SGLang {role} body"
+        for labels in series:
+            keys = frozenset(k for k, _ in labels if k != "le")
+            assert keys in real[name], f"{role} {name}: {sorted(keys)} vs {sorted(map(sorted, real[name]))}"
+            assert dict(labels)["engine_type"] == role
+    # every family of the profile this release has: simulated where the real server writes it
+    catalog = load_catalog("sglang")
+    profile = {n for n in catalog.names_for(catalog.max_version)}
+    real_families = {n for n in profile if any(k.startswith(n) for k in real)}
+    sim_families = {n for n in profile if any(k.startswith(n) for k in simulated)}
+    assert sim_families == real_families, (sorted(sim_families - real_families), sorted(real_families - sim_families))
+    kv = "sglang:kv_transfer_latency_ms_bucket"
+    if role == "decode":  # the decode server observes no transfer latency (bootstrap and allocation only)
+        assert kv not in simulated and "sglang:time_to_first_token_seconds_bucket" in simulated
+        return
+    assert "sglang:time_to_first_token_seconds_bucket" not in simulated  # the prefill server's tokenizer has none
+    les = {dict(labels)["le"] for labels in simulated[kv]}
+    real_les = set(re.findall(r'kv_transfer_latency_ms_bucket\{[^}]*le="([^"]+)"', (BODIES / body).read_text()))
+    assert les == real_les and "5000.0" in les
+    # the fault: transfers of 1-3 s land above 1000 ms, and failures are counted
+    by_le = {dict(labels)["le"]: v for labels, v in simulated[kv].items()}
+    assert by_le["+Inf"] - by_le["1000.0"] > 0 and by_le["1000.0"] > 0
+    assert next(iter(simulated["sglang:num_transfer_failed_reqs_total"].values())) > 0
+
+
+def test_a_role_on_an_engine_without_roles_is_a_usage_error():
+    for args in (["simulate", "--role", "prefill"], ["simulate", "--engine", "trtllm", "--role", "decode"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, result.output
+        assert "Invalid value for '--role'" in result.output and "service.roles" in result.output
+        assert "Traceback" not in result.output
