@@ -144,7 +144,8 @@ def simulate(
     nixl: bool,
     role: str | None,
 ) -> None:
-    """Serve a simulated vLLM or SGLang /metrics endpoint (one scenario per model).
+    """Serve a simulated engine /metrics endpoint (one scenario per model); with --role, one
+    server of an SGLang prefill/decode pair.
 
     exporter_down closes the whole HTTP server, so run it in a simulator process of its own.
     """
