@@ -382,8 +382,27 @@ def test_simulated_sglang_pd_server_exports_what_the_real_pd_body_has(role: str)
 
 
 def test_a_role_on_an_engine_without_roles_is_a_usage_error():
+    from genobs.sim import Simulator
+
+    with pytest.raises(ValueError, match="service.roles"):
+        Simulator("0.33.0", {"m": "healthy"}, role="prefill")
+    with pytest.raises(ValueError, match="unknown role"):
+        Simulator("0.5.23", {"m": "healthy"}, engine="sglang", role="unified")
     for args in (["simulate", "--role", "prefill"], ["simulate", "--engine", "trtllm", "--role", "decode"]):
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2, result.output
         assert "Invalid value for '--role'" in result.output and "service.roles" in result.output
         assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_one_value_wire_labels_are_summed_away(engine: str):
+    """A label a profile writes with one value (SGLang's tp_rank, is_streaming) is one every query
+    sums away, so a server that writes other values (several ranks, unstreamed requests) reads the same."""
+    catalog = load_catalog(engine)
+    for m in catalog.metrics.values():
+        assert {k for k, _ in m.wire_labels} <= set(catalog.rank_labels_summed), m.key
+        assert m.written_by is None or set(m.written_by) <= {"unified", "prefill", "decode"}, m.key
+    if engine == "sglang":
+        assert catalog.roles == ("engine_type", "prefill", "decode")
+        assert catalog.metric("nixl_xfer_time").written_by == ("prefill",)
