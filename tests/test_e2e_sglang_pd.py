@@ -8,7 +8,9 @@ SglangKvTransferTimeP99High fires with a p99 in seconds, and nothing pages."""
 
 from __future__ import annotations
 
+import re
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,12 @@ FIRING_WITHIN = 40.0  # seconds after the fault starts
 ALERT = "SglangKvTransferTimeP99High"
 
 
+def evaluated_since(prom, moment: datetime) -> bool:
+    """Every rule group of `prom` has been evaluated after `moment` (RFC 3339 with nanoseconds)."""
+    last = [re.sub(r"(\.\d{6})\d*", r"\1", g["lastEvaluation"]).replace("Z", "+00:00") for g in prom.rules()]
+    return all(datetime.fromisoformat(t) > moment for t in last)
+
+
 def test_kv_transfer_alert_fires_on_a_real_prometheus(tmp_path: Path) -> None:
     if not Path(PROMETHEUS).exists():
         pytest.fail("the prometheus server is required: install Debian's 'prometheus' package (make test does)")
@@ -63,7 +71,10 @@ def test_kv_transfer_alert_fires_on_a_real_prometheus(tmp_path: Path) -> None:
             # both roles come from the engine itself
             roles = lambda: sorted(prom.label_values("engine_type")) == ["decode", "prefill"]  # noqa: E731
             poll(roles, prom.started + 30, 0.5, "a scrape of both servers")
+            scraped = datetime.now(timezone.utc)
             assert_rules_healthy(prom)
+            # an evaluation before the first scrape leaves SglangMetricsAbsent pending until the next one
+            poll(lambda: evaluated_since(prom, scraped), prom.started + 30, 0.5, "an evaluation after both scrapes")
             loud: set[tuple] = set()
             while time.monotonic() < started + FAULT_AFTER - 1:  # healthy: nothing pending or firing
                 loud |= set(active_alerts(prom))
