@@ -64,6 +64,11 @@ class MetricDef:
     label_aliases: tuple[tuple[str, str], ...] = ()
     # the one role (prefill | decode) whose servers write it (SGLang's KV-transfer series)
     observed_on: str | None = None
+    # the servers that write it: "unified" and the P/D roles (None: every server; the simulator)
+    written_by: tuple[str, ...] | None = None
+    # labels the engine writes on it with one value on a one-GPU server (SGLang's tp_rank, is_streaming):
+    # every query sums them away; the simulator writes them
+    wire_labels: tuple[tuple[str, str], ...] = ()
     # version -> wire name: a build asks tens of thousands of times for a few dozen names
     _names: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -169,6 +174,9 @@ class Catalog:
     bucket_flags: tuple[tuple[str, str], ...] = ()  # histogram key -> the engine flag that sets its buckets
     # labels a plain deployment writes on every engine series with one value (the simulator's exporter)
     static_labels: tuple[tuple[str, str], ...] = ()
+    # (label, prefill value, decode value) where the engine itself writes the role of a P/D server
+    # (SGLang: engine_type), the shape of a spec's service.roles; None: the role is a target label
+    roles: tuple[str, str, str] | None = None
     abort_reason: str = "abort"  # the finish reason of a request the client gave up on
     metrics_path: str = "/metrics"  # where the engine serves Prometheus text
     metrics_port: int | None = None  # its default metrics port, where the profile knows it (llm-d EPP: 9090)
@@ -296,6 +304,8 @@ def _build(raw: dict) -> Catalog:
             capability=str(m.get("capability", "exact")),
             label_aliases=tuple((str(k), str(v)) for k, v in m.get("label_aliases", {}).items()),
             observed_on=m.get("observed_on"),
+            written_by=tuple(str(r) for r in m["written_by"]) if "written_by" in m else None,
+            wire_labels=tuple((str(k), str(v)) for k, v in (m.get("wire_labels") or {}).items()),
         )
         scaled = {**TIME_UNITS, **SIZE_UNITS}.keys() - {"seconds", "bytes"}
         if m["unit"] in scaled and m["type"] not in ("histogram", "counter"):
@@ -329,6 +339,11 @@ def _build(raw: dict) -> Catalog:
         _notes=notes,
         bucket_flags=tuple(raw.get("bucket_flags", {}).items()),
         static_labels=tuple((k, str(v)) for k, v in raw.get("static_labels", {}).items()),
+        roles=(
+            (str(raw["roles"]["label"]), str(raw["roles"]["prefill"]), str(raw["roles"]["decode"]))
+            if raw.get("roles")
+            else None
+        ),
         abort_reason=raw.get("abort_reason", "abort"),
         metrics_path=raw.get("metrics_path", "/metrics"),
         metrics_port=raw.get("metrics_port"),

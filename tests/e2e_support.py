@@ -12,6 +12,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -403,6 +404,39 @@ def stopping(sims: list[Simulator], prom: Prometheus | None = None) -> Iterator[
                 stop()
             except Exception as exc:  # keep stopping the others, keep the original error
                 print(f"stopping {stop}: {exc!r}")
+
+
+class Simulate:
+    """`genobs simulate <args>` in its own process on a free port; `url` and `instance` from its banner."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "genobs", "simulate", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parents[1],
+        )
+        self.banner = self.proc.stdout.readline()
+        if " on http://" not in self.banner:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            error = self.proc.stderr.read()
+            self.stop()
+            raise RuntimeError(f"simulate did not start: {self.banner!r} {error}")
+        self.url = self.banner.split(" on ", 1)[1].split(" ", 1)[0]
+        self.instance = self.url.removeprefix("http://").split("/", 1)[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
 
 
 def env_with_repo(repo: Path) -> dict[str, str]:

@@ -8,8 +8,6 @@ healthy model none."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from genobs.cli import main
 from tests.conftest import REPO
 from tests.e2e_support import (
     PROMETHEUS,
+    Simulate,
     active_alerts,
     alert_raised,
     assert_rules_healthy,
@@ -51,36 +50,6 @@ BANNER = {"sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.2.1"}
 PREFIX = {"sglang": "Sglang", "trtllm": "Trtllm"}  # the engine's alert names (CHANGELOG: no Vllm* on them)
 DEADLINE = 150.0
 WARMUP = 75.0
-
-
-class Simulate:
-    """`genobs simulate --engine sglang` in its own process on a free port."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "genobs", "simulate", "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        self.banner = self.proc.stdout.readline()
-        if " on http://" not in self.banner:
-            self.stop()
-            raise RuntimeError(f"simulate did not start: {self.banner!r} {self.proc.stderr.read()}")
-        self.url = self.banner.split(" on ", 1)[1].split(" ", 1)[0]
-        self.instance = self.url.removeprefix("http://").split("/", 1)[0]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
 
 
 @pytest.fixture(scope="module", params=sorted(FAULTS))

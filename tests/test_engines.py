@@ -323,3 +323,88 @@ def test_sglang_pd_fleet_exports_what_the_real_pd_bodies_have():
     assert {("prefill", "sglang:num_transfer_failed_reqs_total"), ("decode", "sglang:num_transfer_failed_reqs_total")} <= seen
     real_les = set(re.findall(r'kv_transfer_latency_ms_bucket\{[^}]*le="([^"]+)"', (BODIES / "sglang_0.5.23_pd_prefill_exposition.txt").read_text()))
     assert les == real_les
+
+
+class _Clock:
+    """Simulated seconds for a Simulator (its traffic is a function of elapsed time)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_simulated_sglang_pd_server_exports_what_the_real_pd_body_has(role: str):
+    """`genobs simulate --engine sglang --role <role>` writes, of the profile's families, exactly
+    those the real SGLang 0.5.23 server of that role writes, each with the real body's label names
+    (engine_type=<role>, scheduler ranks, is_streaming) and, for the KV-transfer latency, its
+    millisecond bucket bounds."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from genobs.sim import Simulator
+
+    body = f"sglang_0.5.23_pd_{role}_exposition.txt"
+    real = body_label_sets(body)
+    clock = _Clock()
+    sim = Simulator("0.5.23", {"m": "nixl_slowdown"}, engine="sglang", role=role, fault_after=10, clock=clock)
+    clock.t = 40.0  # healthy traffic, then the KV-transfer fault
+    simulated: dict[str, dict] = {}
+    for fam in text_string_to_metric_families(sim.render().decode()):
+        for s in fam.samples:
+            simulated.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    for name, series in simulated.items():
+        assert name in real, f"{name} is not in the real SGLang {role} body"
+        for labels in series:
+            keys = frozenset(k for k, _ in labels if k != "le")
+            assert keys in real[name], f"{role} {name}: {sorted(keys)} vs {sorted(map(sorted, real[name]))}"
+            assert dict(labels)["engine_type"] == role
+    # every family of the profile this release has: simulated where the real server writes it
+    catalog = load_catalog("sglang")
+    profile = {n for n in catalog.names_for(catalog.max_version)}
+    real_families = {n for n in profile if any(k.startswith(n) for k in real)}
+    sim_families = {n for n in profile if any(k.startswith(n) for k in simulated)}
+    assert sim_families == real_families, (sorted(sim_families - real_families), sorted(real_families - sim_families))
+    text = (BODIES / body).read_text()
+    for name, series in simulated.items():  # every histogram's bounds, as the real server writes them
+        if name.endswith("_bucket"):
+            les = {dict(labels)["le"] for labels in series}
+            assert les == set(re.findall(rf'^{re.escape(name)}\{{[^}}]*le="([^"]+)"', text, re.M)), name
+    kv = "sglang:kv_transfer_latency_ms_bucket"
+    if role == "decode":  # the decode server observes no transfer latency (bootstrap and allocation only)
+        assert kv not in simulated and "sglang:time_to_first_token_seconds_bucket" in simulated
+        return
+    assert "sglang:time_to_first_token_seconds_bucket" not in simulated  # the prefill server's tokenizer has none
+    assert {dict(labels)["le"] for labels in simulated[kv]} >= {"1.0", "1000.0", "5000.0"}  # milliseconds
+    # the fault: transfers of 1-3 s land above 1000 ms, and failures are counted
+    by_le = {dict(labels)["le"]: v for labels, v in simulated[kv].items()}
+    assert by_le["+Inf"] - by_le["1000.0"] > 0 and by_le["1000.0"] > 0
+    assert next(iter(simulated["sglang:num_transfer_failed_reqs_total"].values())) > 0
+
+
+def test_a_role_on_an_engine_without_roles_is_a_usage_error():
+    from genobs.sim import Simulator
+
+    with pytest.raises(ValueError, match="service.roles"):
+        Simulator("0.33.0", {"m": "healthy"}, role="prefill")
+    with pytest.raises(ValueError, match="unknown role"):
+        Simulator("0.5.23", {"m": "healthy"}, engine="sglang", role="unified")
+    for args in (["simulate", "--role", "prefill"], ["simulate", "--engine", "trtllm", "--role", "decode"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, result.output
+        assert "Invalid value for '--role'" in result.output and "service.roles" in result.output
+        assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_one_value_wire_labels_are_summed_away(engine: str):
+    """A label a profile writes with one value (SGLang's tp_rank, is_streaming) is one every query
+    sums away, so a server that writes other values (several ranks, unstreamed requests) reads the same."""
+    catalog = load_catalog(engine)
+    for m in catalog.metrics.values():
+        assert {k for k, _ in m.wire_labels} <= set(catalog.rank_labels_summed), m.key
+        assert m.written_by is None or set(m.written_by) <= {"unified", "prefill", "decode"}, m.key
+    if engine == "sglang":
+        assert catalog.roles == ("engine_type", "prefill", "decode")
+        assert catalog.metric("nixl_xfer_time").written_by == ("prefill",)

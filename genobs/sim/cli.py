@@ -10,10 +10,10 @@ import threading
 
 import click
 
-from genobs.catalog import ENGINES, GATEWAYS
+from genobs.catalog import ENGINES, GATEWAYS, load_catalog
 
 from .scenarios import DESCRIPTIONS, SCENARIOS, parse_model_spec
-from .simulator import DEFAULT_VERSION, Simulator
+from .simulator import DEFAULT_VERSION, ROLES, Simulator
 
 
 def _models(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -109,7 +109,19 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
     help="Engine ranks per model.",
 )
 @click.option("--spec-decode/--no-spec-decode", default=True, show_default=True, help="Expose spec-decode metrics.")
-@click.option("--nixl/--no-nixl", default=True, show_default=True, help="Expose NIXL (disaggregated prefill) metrics.")
+@click.option(
+    "--nixl/--no-nixl",
+    default=True,
+    show_default=True,
+    help="Expose the KV-transfer (disaggregated prefill) metrics: vLLM's NIXL ones, SGLang's with --role.",
+)
+@click.option(
+    "--role",
+    type=click.Choice(ROLES),
+    default=None,
+    help="Serve one server of a prefill/decode pair (SGLang: engine_type=prefill|decode; the prefill "
+    "server writes the KV-transfer latency). Engines whose role is a target label (vLLM) have none.",
+)
 @click.option(
     "--list-scenarios",
     is_flag=True,
@@ -130,11 +142,20 @@ def simulate(
     data_parallel_size: int,
     spec_decode: bool,
     nixl: bool,
+    role: str | None,
 ) -> None:
-    """Serve a simulated vLLM or SGLang /metrics endpoint (one scenario per model).
+    """Serve a simulated engine /metrics endpoint (one scenario per model); with --role, one
+    server of an SGLang prefill/decode pair.
 
     exporter_down closes the whole HTTP server, so run it in a simulator process of its own.
     """
+    if role is not None and (engine in GATEWAYS or load_catalog(engine).roles is None):
+        name = engine if engine in GATEWAYS else load_catalog(engine).display_name
+        raise click.BadParameter(
+            f"{name} writes no prefill/decode role of its own; only SGLang's servers do (engine_type). "
+            "Run one simulator per pool and give each its role as a target label (service.roles).",
+            param_hint="'--role'",
+        )
     try:
         if engine == "dynamo":
             from .dynamo import DynamoFrontendSimulator
@@ -157,6 +178,7 @@ def simulate(
                 request_rate=request_rate,
                 data_parallel_size=data_parallel_size,
                 engine=engine,
+                role=role,
             )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -169,6 +191,8 @@ def simulate(
     try:
         sim.start(port=port, addr=addr)
         listing = ", ".join(f"{m}={s}" for m, s in sim.models.items())
+        if role is not None:
+            listing += f"; {role} server"
         click.echo(f"serving simulated {sim.catalog.release(sim.version)} metrics on {sim.url} ({listing})")
         sys.stdout.flush()
         reported = False

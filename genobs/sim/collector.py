@@ -1,4 +1,4 @@
-"""prometheus_client Collector that turns the simulated fleet into the catalog's vLLM metric families."""
+"""prometheus_client Collector that turns the simulated fleet into the engine profile's metric families."""
 
 from __future__ import annotations
 
@@ -29,10 +29,20 @@ class Family:
     metric: MetricDef
 
 
+#: the server of a plain deployment, in a profile's `written_by` beside the P/D roles
+UNIFIED = "unified"
+
+
 def plan_families(
-    catalog: Catalog, version: Version, *, speculative_decoding: bool, disaggregated_prefill: bool
+    catalog: Catalog,
+    version: Version,
+    *,
+    speculative_decoding: bool,
+    disaggregated_prefill: bool,
+    role: str = UNIFIED,
 ) -> list[Family]:
-    """Catalog metrics that exist for `version` and are switched on, one per wire name.
+    """Catalog metrics that exist for `version`, are switched on and are written by a server of
+    `role` (unified, prefill or decode), one per wire name.
 
     Before 0.10.2 the catalog maps both `itl` and `tpot` to the same wire histogram; the first
     key in catalog order (`itl`, per-token latency, which is what vLLM recorded there) wins.
@@ -47,8 +57,9 @@ def plan_families(
             continue
         if key.startswith(NIXL_PREFIX) and not disaggregated_prefill:
             continue
-        if m.observed_on is not None:
-            continue  # one role's servers write it (SGLang's P/D prefill server); the simulator has no roles
+        written_by = m.written_by if m.written_by is not None else ((m.observed_on,) if m.observed_on else None)
+        if written_by is not None and role not in written_by:
+            continue  # another server writes it (SGLang's KV-transfer latency: the P/D prefill server)
         seen.add(wire)
         out.append(Family(key, wire, m))
     return out
@@ -93,6 +104,7 @@ class FleetCollector:
         elapsed: Callable[[], float],
         created_at: float | None = None,
         catalog: Catalog | None = None,
+        static: dict[str, str] | None = None,
     ):
         self.catalog = catalog or load_catalog()
         self.fleet = fleet
@@ -102,8 +114,8 @@ class FleetCollector:
         self.elapsed = elapsed
         # the V0 engine disabled `<name>_created` samples; the catalog says from when they appear
         self.created = version >= self.catalog.created_series_since
-        # labels every engine series of a plain deployment carries with one value (SGLang: engine_type)
-        self.static = dict(self.catalog.static_labels)
+        # labels every engine series carries with one value (SGLang: engine_type, the server's role)
+        self.static = dict(self.catalog.static_labels) if static is None else dict(static)
         self.created_at = time.time() if created_at is None else created_at
         self.reasons = fleet.reasons
 
@@ -136,9 +148,13 @@ class FleetCollector:
             return values
         raise ValueError(f"simulator does not know the values of catalog label {label!r}")
 
-    def _series_labels(self, s: SeriesState) -> list[str]:
-        static = list(self.static.values())
-        return [s.model, s.rank, *static] if self.engine_label else [s.model, *static]
+    def _fixed(self, m: MetricDef) -> dict[str, str]:
+        """The one-value labels of a family: the server's (engine_type) and the family's own (tp_rank)."""
+        return {**self.static, **dict(m.wire_labels)}
+
+    def _series_labels(self, s: SeriesState, m: MetricDef) -> list[str]:
+        fixed = list(self._fixed(m).values())
+        return [s.model, s.rank, *fixed] if self.engine_label else [s.model, *fixed]
 
     def _info_family(self, f: Family) -> Metric:
         """vllm:cache_config_info: value 1, the CacheConfig fields as labels (as vLLM 0.33 logs them at start;
@@ -182,7 +198,7 @@ class FleetCollector:
             return self._process_family(f, extra)
         per_rank = self.engine_label and m.engine_label
         names = ["model_name", self.catalog.rank_label] if per_rank else ["model_name"]
-        names += [*self.static, *m.labels]
+        names += [*self._fixed(m), *m.labels]
         if extra and m.type != "counter" and f.key not in LABELLED_GAUGES:
             raise ValueError(f"simulator supports extra labels on counters only, not on {f.key}")
         extra_values = self._extra_values(extra, m) if extra else ("",)
@@ -192,13 +208,13 @@ class FleetCollector:
                 for v in extra_values:
                     total = sum(s.counter(f.key, v) for s in self.fleet.series if s.model == model)
                     created = self.created_at if self.created else None
-                    fam.add_metric([model, *self.static.values()] + ([v] if extra else []), total, created=created)
+                    fam.add_metric([model, *self._fixed(m).values()] + ([v] if extra else []), total, created=created)
             return fam
         if m.type == "counter":
             fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
             for s in self.fleet.series:
                 for v in extra_values:
-                    labels = self._series_labels(s) + ([v] if extra else [])
+                    labels = self._series_labels(s, m) + ([v] if extra else [])
                     created = self.created_at if self.created else None
                     fam.add_metric(labels, s.counter(f.key, v), created=created)
             return fam
@@ -207,12 +223,12 @@ class FleetCollector:
             for s in self.fleet.series:
                 for v in extra_values:
                     key = f"{f.key}:{v}" if extra else f.key
-                    fam.add_metric(self._series_labels(s) + ([v] if extra else []), s.gauges.get(key, 0.0))
+                    fam.add_metric(self._series_labels(s, m) + ([v] if extra else []), s.gauges.get(key, 0.0))
             return fam
         if m.type == "histogram":
             fam = HistogramMetricFamily(f.wire, m.help, labels=names)
             for s in self.fleet.series:
-                labels = self._series_labels(s)
+                labels = self._series_labels(s, m)
                 h = s.hists.get(f.key)
                 if h is None:  # a key the traffic model does not feed: an empty histogram
                     buckets = [(b, 0.0) for b in (*m.buckets_for(self.version), math.inf)]
@@ -230,30 +246,30 @@ class FleetCollector:
 
     def _counter_of(self, f: Family, value: Callable[[SeriesState], float]) -> Metric:
         """A counter without extra labels, one series per model and rank."""
-        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self.static]
+        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self._fixed(f.metric)]
         fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
         for s in self.fleet.series:
-            fam.add_metric(self._series_labels(s), value(s))
+            fam.add_metric(self._series_labels(s, f.metric), value(s))
         return fam
 
     def _labelled(self, f: Family, label: str, values: dict[str, Callable[[SeriesState], float]]) -> Metric:
         """A counter with one extra label, one series per model (and rank) and label value."""
-        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self.static, label]
+        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self._fixed(f.metric), label]
         fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
         for s in self.fleet.series:
             for value, read in values.items():
-                fam.add_metric([*self._series_labels(s), value], read(s))
+                fam.add_metric([*self._series_labels(s, f.metric), value], read(s))
         return fam
 
     def _prefill_modes(self, f: Family) -> Metric:
         """SGLang's sglang:prefill_effective_tokens_total: prefix-cache hits and queries are one counter
         by mode (input = computed tokens, device_hit = tokens served from the cache)."""
-        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self.static, "mode"]
+        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self._fixed(f.metric), "mode"]
         fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
         for s in self.fleet.series:
             hits, queries = s.counter("prefix_cache_hits"), s.counter("prefix_cache_queries")
             for mode, value in (("input", queries - hits), ("device_hit", hits), ("host_hit", 0.0), ("storage_hit", 0.0)):
-                fam.add_metric([*self._series_labels(s), mode], value)
+                fam.add_metric([*self._series_labels(s, f.metric), mode], value)
         return fam
 
     def _http_family(self, f: Family) -> Metric:

@@ -33,7 +33,7 @@ DESCRIPTIONS: dict[str, str] = {
     "success_drop": "stop falls to ~85%; the rest split over error/abort/length (as the version has)",
     "kv_saturation": "KV-cache usage ~0.99, waiting grows ~1/s, some preemptions",
     "preemption_storm": "preemptions ~2/s",
-    "nixl_slowdown": "NIXL transfer time 1-3 s and ~0.5 failed transfers/s",
+    "nixl_slowdown": "KV transfer time 1-3 s and ~0.5 failed transfers/s (vLLM's NIXL; SGLang: --role prefill)",
     "spec_acceptance_collapse": "spec-decode acceptance alpha (position 0) ~0.2 instead of ~0.7",
     "rss_leak": "process RSS +50% per minute (process series: one per exporter, not per model)",
     "flat_zero_metrics": "every counter/histogram of the model frozen while gauges still show running > 0",

@@ -1,4 +1,4 @@
-"""The Simulator: a fake vLLM /metrics exporter served by prometheus_client (Python API for tests and CLI)."""
+"""The Simulator: a fake engine /metrics exporter served by prometheus_client (Python API for tests and CLI)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from prometheus_client import CollectorRegistry, generate_latest, start_http_ser
 
 from genobs.catalog import ENGINES, Version, format_version, load_catalog, parse_version
 
-from .collector import FleetCollector, plan_families
+from .collector import UNIFIED, FleetCollector, plan_families
 from .scenarios import DESCRIPTIONS, NEEDS_NIXL, NEEDS_SPEC_DECODE, SCENARIOS
 from .traffic import Fleet
 
 DEFAULT_VERSION = "0.33.0"
 UNLABELLED_REASONS = ("stop", "length", "abort")
 DEFAULT_MODELS = {"demo-model": "healthy"}
+#: the servers of a prefill/decode pair, for engines whose profile has `roles`
+ROLES = ("prefill", "decode")
 #: exporter_down: seconds of normal service after --fault-after before the server closes.
 EXPORTER_DOWN_DELAY = 2.0
 
@@ -29,6 +31,8 @@ class Simulator:
     default time.monotonic, read relative to construction); pass your own callable to drive
     simulated time from a test. Faults start `fault_after` seconds in. `exporter_down`
     takes the whole HTTP server down, so give it a Simulator (or process) of its own.
+    `role` (prefill | decode, engines whose profile has `roles`: SGLang) makes it one server of
+    a P/D pair: its role in the engine's own label, and only the families that server writes.
     """
 
     def __init__(
@@ -45,10 +49,22 @@ class Simulator:
         clock: Callable[[], float] | None = None,
         exporter_down_delay: float = EXPORTER_DOWN_DELAY,
         engine: str = "vllm",
+        role: str | None = None,
     ):
         if engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
         catalog = load_catalog(engine)
+        static = dict(catalog.static_labels)
+        if role is not None:
+            if catalog.roles is None:
+                raise ValueError(
+                    f"{catalog.display_name} writes no prefill/decode role of its own: run one simulator per "
+                    "pool and give each its role as a target label (service.roles)"
+                )
+            if role not in ROLES:
+                raise ValueError(f"unknown role {role!r}; known: {', '.join(ROLES)}")
+            label, prefill, decode = catalog.roles
+            static[label] = prefill if role == "prefill" else decode
         if version is None:
             version = catalog.max_version
         v = parse_version(version) if isinstance(version, str) else tuple(version)
@@ -76,6 +92,7 @@ class Simulator:
         self.seed = seed
         self.speculative_decoding = speculative_decoding
         self.disaggregated_prefill = disaggregated_prefill
+        self.role = role
         self.fault_after = float(fault_after)
         self.exporter_down_delay = float(exporter_down_delay)
         self._clock = clock or time.monotonic
@@ -86,7 +103,11 @@ class Simulator:
             tuple(str(i) for i in range(data_parallel_size)) if self.engine_label else (None,)
         )
         self.families = plan_families(
-            catalog, v, speculative_decoding=speculative_decoding, disaggregated_prefill=disaggregated_prefill
+            catalog,
+            v,
+            speculative_decoding=speculative_decoding,
+            disaggregated_prefill=disaggregated_prefill,
+            role=role or UNIFIED,
         )
         hist_buckets = {
             f.key: f.metric.buckets_for(v)
@@ -107,7 +128,13 @@ class Simulator:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
             FleetCollector(
-                self.fleet, self.families, version=v, engine_label=self.engine_label, elapsed=self.elapsed, catalog=catalog
+                self.fleet,
+                self.families,
+                version=v,
+                engine_label=self.engine_label,
+                elapsed=self.elapsed,
+                catalog=catalog,
+                static=static,
             )
         )
         self.down = threading.Event()  # set once exporter_down has closed the server
