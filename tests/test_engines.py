@@ -62,6 +62,26 @@ def test_example_spec_reads_only_names_of_the_real_body(name: str):
     assert not missing, f"{spec.name} reads series the real bodies {SPEC_BODIES[name]} do not have: {sorted(missing)}"
 
 
+def test_sglang_pd_spec_reads_each_series_on_a_server_that_writes_it():
+    """A series read under engine_type="prefill" is in the real prefill body, one read under
+    "decode" in the decode body: the prefill server writes no TTFT, so no prefill-pool TTFT view
+    reads one (it would record nothing)."""
+    _, plan = load_plan(REPO / "specs" / "sglang-pd.yaml")
+    exprs = [r.expr for g in plan.groups for r in g.rules]
+    exprs += [t.expr for row in plan.dashboard.rows for p in row.panels for t in p.targets]
+    exprs += [query for entry in plan.runbook for _, query in entry.confirm]
+    bodies = {role: body_names(f"sglang_0.5.23_pd_{role}_exposition.txt") for role in ("prefill", "decode")}
+    read = {
+        (m.group(2), m.group(1))
+        for expr in exprs
+        for m in re.finditer(r'(sglang:\w+)\{[^}]*engine_type="(prefill|decode)"', expr)
+    }
+    assert {role for role, _ in read} == {"prefill", "decode"}, read
+    missing = sorted((role, name) for role, name in read if name not in bodies[role])
+    assert not missing, missing
+    assert ("prefill", "sglang:time_to_first_token_seconds_bucket") not in read
+
+
 def test_sglang_pd_spec_reads_kv_transfer_on_the_prefill_servers():
     """The SGLang P/D example alerts on the KV transfer, from the prefill body's series only."""
     _, plan = load_plan(REPO / "specs" / "sglang-pd.yaml")

@@ -88,6 +88,9 @@ def _latencies(r: Recorder) -> None:
         for key, subject in (("ttft", "ttft_seconds"), ("prefill_time", "prefill_time_seconds"), ("queue_time", "queue_time_seconds")):
             if not ctx.has(key):
                 continue  # SGLang has no prefill-time histogram
+            written_by = ctx.catalog.metric(key).written_by
+            if written_by is not None and "prefill" not in written_by:
+                continue  # an SGLang prefill server writes no TTFT: its first token is the decode server's
             _histogram(r, f"prefill_pool_{key}", key, f"prefill_pool_{subject}", ctx.role("prefill"))
 
 
