@@ -4,7 +4,9 @@ servers do; no target label says it), scraped by Debian's Prometheus through the
 scrape-config` prints for specs/sglang-pd.yaml, with that spec's rules (rate window 1m,
 evaluation 1s, the KV-transfer alerts' `for` shortened). Healthy first: no alert is pending or
 firing; then the prefill server's KV transfers slow to 1-3 s (nixl_slowdown):
-SglangKvTransferTimeP99High fires with a p99 in seconds, and nothing pages."""
+SglangKvTransferTimeP99High fires with a p99 in seconds, then SglangKvTransfersFailing with a
+share of failed transfers, and nothing pages. The healthy phase also checks the transfer sizes,
+written in mebibytes, are recorded in bytes."""
 
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAULT_AFTER = 35.0  # seconds of healthy traffic, counted from the simulators' start
 FIRING_WITHIN = 40.0  # seconds after the fault starts
 ALERT = "SglangKvTransferTimeP99High"
+FAILING = "SglangKvTransfersFailing"
+FAILING_WITHIN = 40.0  # seconds after the p99 alert fires
 
 
 def evaluated_since(prom, moment: datetime) -> bool:
@@ -85,6 +89,11 @@ def test_kv_transfer_alert_fires_on_a_real_prometheus(tmp_path: Path) -> None:
             assert 0.01 < float(p99["value"][1]) <= 0.05, p99
             kv = prom.query(f'sum by (engine_type) (sglang:kv_transfer_latency_ms_count{{model_name="{MODEL}"}})')
             assert [s["metric"]["engine_type"] for s in kv] == ["prefill"]  # the decode server observes none
+            # sizes in mebibytes on the wire (the simulated transfers move 48-80 MiB), recorded in bytes
+            (moved,) = prom.query("genobs:nixl_bytes_transferred:rate1m")
+            (count,) = prom.query(f'sum(rate(sglang:kv_transfer_total_mb_count{{model_name="{MODEL}"}}[1m]))')
+            per_transfer = float(moved["value"][1]) / float(count["value"][1]) / 2**20
+            assert 48 <= per_transfer <= 80, per_transfer
 
             def firing() -> list[dict]:
                 return [a for a in prom.alerts() if a["labels"]["alertname"] == ALERT and a["state"] == "firing"]
@@ -98,6 +107,18 @@ def test_kv_transfer_alert_fires_on_a_real_prometheus(tmp_path: Path) -> None:
             # the p99 in seconds: transfers of 1-3 s, written in milliseconds (le="1000", "2500", "5000")
             assert 0.5 < float(alert["value"]) < 5, alert["value"]
             pages = [a for a in prom.alerts() if a["labels"].get("severity") == "critical"]  # critical pages
+            assert not pages, f"pages: {[(a['labels']['alertname'], a['state']) for a in pages]}"
+            # the failures (about 0.5/s among 20 transfers/s) pass 1 % of the attempts once the 1m
+            # window holds enough of them: the failure alert follows, with a share, not a count
+            failing = lambda: [  # noqa: E731
+                a for a in prom.alerts() if a["labels"]["alertname"] == FAILING and a["state"] == "firing"
+            ]
+            try:
+                (failed,) = poll(failing, time.monotonic() + FAILING_WITHIN, 1.0, f"{FAILING} firing")
+            except TimeoutError:
+                pytest.fail(f"{FAILING} did not fire; active: {active_alerts(prom)}")
+            assert failed["labels"]["severity"] == "warning" and 0.01 < float(failed["value"]) < 0.5, failed
+            pages = [a for a in prom.alerts() if a["labels"].get("severity") == "critical"]
             assert not pages, f"pages: {[(a['labels']['alertname'], a['state']) for a in pages]}"
     finally:
         prefill.stop()
