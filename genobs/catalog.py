@@ -184,6 +184,9 @@ class Catalog:
     # labels that tell one replica's schedulers apart on the series that carry them, where no rank
     # label is shared by every series (SGLang: dp_rank on scheduler gauges, none on tokenizer counters)
     scheduler_labels: tuple[str, ...] = ()
+    # the one-value rank labels every family a scheduler writes carries (SGLang: tp_rank, pp_rank,
+    # moe_ep_rank): a family whose wire_labels hold them is written once per scheduler
+    scheduler_ranks: tuple[tuple[str, str], ...] = ()
     # the label that names the model on the wire; read as model_name everywhere else (Dynamo: model)
     model_label: str = "model_name"
     # a gateway's words in its alert and runbook texts (genobs/data/gateway.yaml placeholders)
@@ -224,6 +227,11 @@ class Catalog:
 
     def has_rank_label(self, v: Version) -> bool:
         return self.rank_label is not None and v >= self.engine_label_since
+
+    def per_scheduler(self, m: MetricDef) -> bool:
+        """Whether each scheduler of a replica writes `m` (carrying `scheduler_labels` beside its
+        ranks when there are several), not the one tokenizer or API server in front of them."""
+        return bool(self.scheduler_ranks) and set(self.scheduler_ranks) <= set(m.wire_labels)
 
     def metric(self, key: str) -> MetricDef:
         return self.metrics[key]
@@ -349,6 +357,7 @@ def _build(raw: dict) -> Catalog:
         metrics_port=raw.get("metrics_port"),
         metrics_auth=str(raw.get("metrics_auth", "")),
         scheduler_labels=tuple(raw.get("scheduler_labels", ())),
+        scheduler_ranks=tuple((str(k), str(v)) for k, v in (raw.get("scheduler_ranks") or {}).items()),
         model_label=raw.get("model_label", "model_name"),
         words=tuple((str(k), " ".join(str(v).split()) if k != "ttft_scope" else str(v)) for k, v in raw.get("words", {}).items()),
         hints=tuple((str(k), " ".join(str(v).split())) for k, v in raw.get("hints", {}).items()),

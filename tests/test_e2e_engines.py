@@ -82,6 +82,10 @@ def test_simulated_engine_serves_its_own_names(run) -> None:
     if engine == "sglang":
         assert "sglang:num_running_reqs" in names and "sglang:time_to_first_token_seconds_bucket" in names
         assert not {n for n in names if n.startswith("sglang_")}, "the relabel snippet restores every sglang: name"
+        # two data-parallel schedulers (simulate's default): their families per dp_rank, the tokenizer's not
+        assert sorted(prom.label_values("dp_rank", "sglang:num_queue_reqs")) == ["0", "1"]
+        assert sorted(prom.label_values("dp_rank", "sglang:token_usage")) == ["0", "1"]
+        assert prom.label_values("dp_rank", "sglang:time_to_first_token_seconds_count") == []
     else:
         assert "trtllm_num_requests_running" in names and "trtllm_request_success_total" in names
 

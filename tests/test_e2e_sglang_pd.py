@@ -75,6 +75,7 @@ def test_kv_transfer_alert_fires_on_a_real_prometheus(tmp_path: Path) -> None:
             # both roles come from the engine itself
             roles = lambda: sorted(prom.label_values("engine_type")) == ["decode", "prefill"]  # noqa: E731
             poll(roles, prom.started + 30, 0.5, "a scrape of both servers")
+            assert prom.label_values("dp_rank") == []  # one scheduler per server, as the real P/D bodies
             scraped = datetime.now(timezone.utc)
             assert_rules_healthy(prom)
             # an evaluation before the first scrape leaves SglangMetricsAbsent pending until the next one

@@ -355,14 +355,23 @@ class _Clock:
         return self.t
 
 
+def _scrape(sim) -> dict[str, dict[tuple, float]]:
+    """Sample name -> (sorted label pairs -> value) of what the simulator serves."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    simulated: dict[str, dict[tuple, float]] = {}
+    for fam in text_string_to_metric_families(sim.render().decode()):
+        for s in fam.samples:
+            simulated.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return simulated
+
+
 @pytest.mark.parametrize("role", ["prefill", "decode"])
 def test_simulated_sglang_pd_server_exports_what_the_real_pd_body_has(role: str):
     """`genobs simulate --engine sglang --role <role>` writes, of the profile's families, exactly
     those the real SGLang 0.5.23 server of that role writes, each with the real body's label names
     (engine_type=<role>, scheduler ranks, is_streaming) and, for the KV-transfer latency, its
     millisecond bucket bounds."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     from genobs.sim import Simulator
 
     body = f"sglang_0.5.23_pd_{role}_exposition.txt"
@@ -370,10 +379,7 @@ def test_simulated_sglang_pd_server_exports_what_the_real_pd_body_has(role: str)
     clock = _Clock()
     sim = Simulator("0.5.23", {"m": "nixl_slowdown"}, engine="sglang", role=role, fault_after=10, clock=clock)
     clock.t = 40.0  # healthy traffic, then the KV-transfer fault
-    simulated: dict[str, dict] = {}
-    for fam in text_string_to_metric_families(sim.render().decode()):
-        for s in fam.samples:
-            simulated.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    simulated = _scrape(sim)
     for name, series in simulated.items():
         assert name in real, f"{name} is not in the real SGLang {role} body"
         for labels in series:
@@ -403,6 +409,67 @@ def test_simulated_sglang_pd_server_exports_what_the_real_pd_body_has(role: str)
     assert next(iter(simulated["sglang:num_transfer_failed_reqs_total"].values())) > 0
 
 
+def test_simulated_sglang_data_parallel_server_writes_dp_rank_where_the_real_body_does():
+    """`genobs simulate --engine sglang` (default --data-parallel-size 2) writes each scheduler
+    family once per data-parallel rank with dp_rank, as the real 2-rank SGLang 0.5.23 body does,
+    and the tokenizer's families once per model, summed over the ranks (no dp_rank); with one rank
+    no series has a dp_rank. Label names per family, dp_rank values and bucket bounds are the
+    real body's."""
+    from genobs.sim import Simulator
+
+    body = "sglang_0.5.23_exposition.txt"
+    real = body_label_sets(body)
+    text = (BODIES / body).read_text()
+    real_ranks: dict[str, set[str]] = {}
+    for name, ranks in re.findall(r'^(sglang:\w+)\{[^}]*dp_rank="(\d+)"', text, re.M):
+        real_ranks.setdefault(name, set()).add(ranks)
+    clock = _Clock()
+    sim = Simulator("0.5.23", {"m": "healthy", "m-kv": "kv_saturation"}, engine="sglang", fault_after=10, clock=clock)
+    clock.t = 40.0
+    simulated = _scrape(sim)
+    catalog = load_catalog("sglang")
+    profile = catalog.names_for(catalog.max_version)
+    assert {n for n in profile if any(k.startswith(n) for k in simulated)} == {
+        n for n in profile if any(k.startswith(n) for k in real)
+    }
+    sim_ranks: dict[str, set[str]] = {}
+    for name, series in simulated.items():
+        assert name in real, f"{name} is not in the real SGLang body"
+        for labels in series:
+            keys = frozenset(k for k, _ in labels if k != "le")
+            assert keys in real[name], f"{name}: {sorted(keys)} vs {sorted(map(sorted, real[name]))}"
+            if "dp_rank" in keys:
+                sim_ranks.setdefault(name, set()).add(dict(labels)["dp_rank"])
+        if name.endswith("_bucket"):
+            les = {dict(labels)["le"] for labels in series}
+            assert les == set(re.findall(rf'^{re.escape(name)}\{{[^}}]*le="([^"]+)"', text, re.M)), name
+    assert sim_ranks == {n: r for n, r in real_ranks.items() if n in simulated}
+    assert {"sglang:num_queue_reqs", "sglang:token_usage", "sglang:queue_time_seconds_count"} <= set(sim_ranks)
+    assert "sglang:num_requests_total" not in sim_ranks and "sglang:time_to_first_token_seconds_count" in simulated
+    # the tokenizer counts what every scheduler served: one series per model, the ranks' sum
+    for model in ("m", "m-kv"):
+        ttft = [v for labels, v in simulated["sglang:time_to_first_token_seconds_count"].items() if ("model_name", model) in labels]
+        queued = {dict(labels)["dp_rank"]: v for labels, v in simulated["sglang:queue_time_seconds_count"].items()
+                  if ("model_name", model) in labels}
+        assert len(ttft) == 1 and set(queued) == {"0", "1"} and min(queued.values()) > 0
+        assert ttft[0] == sum(queued.values())
+    # the fault fills the KV pool of each scheduler that holds a queue (what the rules pair per dp_rank)
+    usage = {dict(labels)["dp_rank"]: v for labels, v in simulated["sglang:token_usage"].items() if ("model_name", "m-kv") in labels}
+    waiting = {dict(labels)["dp_rank"]: v for labels, v in simulated["sglang:num_queue_reqs"].items() if ("model_name", "m-kv") in labels}
+    assert min(usage.values()) > 0.95 and min(waiting.values()) > 0 and set(usage) == set(waiting) == {"0", "1"}
+
+    one = _scrape(Simulator("0.5.23", {"m": "healthy"}, engine="sglang", data_parallel_size=1, clock=clock))
+    assert one and not [name for name, series in one.items() for labels in series if "dp_rank" in dict(labels)]
+    for name, series in one.items():
+        for labels in series:
+            keys = frozenset(k for k, _ in labels if k != "le")
+            assert keys | ({"dp_rank"} if name in real_ranks else set()) in real[name], name
+    # a P/D server with two data-parallel ranks writes them too (SGLang adds dp_rank whenever dp_size > 1)
+    decode = _scrape(Simulator("0.5.23", {"m": "healthy"}, engine="sglang", role="decode", data_parallel_size=2, clock=clock))
+    assert {dict(labels)["dp_rank"] for labels in decode["sglang:num_running_reqs"]} == {"0", "1"}
+    assert not any("dp_rank" in dict(labels) for labels in decode["sglang:num_requests_total"])
+
+
 def test_a_role_on_an_engine_without_roles_is_a_usage_error():
     from genobs.sim import Simulator
 
@@ -425,6 +492,8 @@ def test_one_value_wire_labels_are_summed_away(engine: str):
     for m in catalog.metrics.values():
         assert {k for k, _ in m.wire_labels} <= set(catalog.rank_labels_summed), m.key
         assert m.written_by is None or set(m.written_by) <= {"unified", "prefill", "decode"}, m.key
+    assert {*dict(catalog.scheduler_ranks), *catalog.scheduler_labels} <= set(catalog.rank_labels_summed)
     if engine == "sglang":
         assert catalog.roles == ("engine_type", "prefill", "decode")
+        assert catalog.per_scheduler(catalog.metric("kv_cache_usage")) and not catalog.per_scheduler(catalog.metric("ttft"))
         assert catalog.metric("nixl_xfer_time").written_by == ("prefill",)

@@ -36,8 +36,8 @@ MAX_DATA_PARALLEL = 64  # engine ranks per model; each multiplies the exposition
 def _bounded(low: float, high: float, what: str):
     """A click callback refusing NaN, infinities and values outside [low, high], like the spec's numbers."""
 
-    def check(ctx: click.Context, param: click.Parameter, value: float | int) -> float | int:
-        if not (math.isfinite(value) and low <= value <= high):
+    def check(ctx: click.Context, param: click.Parameter, value: float | int | None) -> float | int | None:
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
             raise click.BadParameter(f"{value!r} is not {what} from {low:g} to {high:g}", ctx=ctx, param=param)
         return value
 
@@ -104,9 +104,9 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
     "--data-parallel-size",
     type=int,
     callback=_bounded(1, MAX_DATA_PARALLEL, "a number of engine ranks"),
-    default=2,
-    show_default=True,
-    help="Engine ranks per model.",
+    default=None,
+    show_default="2; 1 with --role",
+    help="Engine ranks per model (vLLM engine; SGLang schedulers, dp_rank from 2 on).",
 )
 @click.option("--spec-decode/--no-spec-decode", default=True, show_default=True, help="Expose spec-decode metrics.")
 @click.option(
@@ -139,7 +139,7 @@ def simulate(
     seed: int,
     fault_after: float,
     request_rate: float,
-    data_parallel_size: int,
+    data_parallel_size: int | None,
     spec_decode: bool,
     nixl: bool,
     role: str | None,

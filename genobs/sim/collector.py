@@ -118,6 +118,10 @@ class FleetCollector:
         self.static = dict(self.catalog.static_labels) if static is None else dict(static)
         self.created_at = time.time() if created_at is None else created_at
         self.reasons = fleet.reasons
+        # several engines or schedulers per model (data-parallel ranks), each a series of the fleet
+        self.ranked = any(r is not None for r in fleet.ranks)
+        if self.ranked and not engine_label and len(self.catalog.scheduler_labels) > 1:
+            raise ValueError(f"simulator writes one scheduler label, not {self.catalog.scheduler_labels}")
 
     def describe(self) -> list[Metric]:
         """Empty families, so the registry knows the names (`/metrics?name[]=...` filtering works)."""
@@ -152,9 +156,27 @@ class FleetCollector:
         """The one-value labels of a family: the server's (engine_type) and the family's own (tp_rank)."""
         return {**self.static, **dict(m.wire_labels)}
 
-    def _series_labels(self, s: SeriesState, m: MetricDef) -> list[str]:
+    def _rank_names(self, m: MetricDef) -> list[str]:
+        """The labels that tell a model's series of `m` apart: the engine's rank label (vLLM engine)
+        where the family carries it, the scheduler labels (SGLang dp_rank) on the families each
+        scheduler writes when there are several; none where one series sums the model's ranks."""
+        if self.engine_label:
+            return [self.catalog.rank_label] if m.engine_label and self.catalog.rank_label else []
+        if self.ranked and self.catalog.per_scheduler(m):
+            return list(self.catalog.scheduler_labels)
+        return []
+
+    def _groups(self, m: MetricDef) -> list[tuple[list[str], list[SeriesState]]]:
+        """Each series of `m`: its model and rank label values (with the one-value labels), and the
+        fleet series it sums: one per rank, or all of a model's ranks (SGLang's tokenizer families)."""
         fixed = list(self._fixed(m).values())
-        return [s.model, s.rank, *fixed] if self.engine_label else [s.model, *fixed]
+        if self._rank_names(m):
+            return [([s.model, str(s.rank), *fixed], [s]) for s in self.fleet.series]
+        models = dict.fromkeys(s.model for s in self.fleet.series)
+        return [([model, *fixed], [s for s in self.fleet.series if s.model == model]) for model in models]
+
+    def _label_names(self, m: MetricDef, *extra: str) -> list[str]:
+        return ["model_name", *self._rank_names(m), *self._fixed(m), *extra]
 
     def _info_family(self, f: Family) -> Metric:
         """vllm:cache_config_info: value 1, the CacheConfig fields as labels (as vLLM 0.33 logs them at start;
@@ -196,45 +218,36 @@ class FleetCollector:
         extra = m.labels[0] if m.labels else None
         if m.process:
             return self._process_family(f, extra)
-        per_rank = self.engine_label and m.engine_label
-        names = ["model_name", self.catalog.rank_label] if per_rank else ["model_name"]
-        names += [*self._fixed(m), *m.labels]
+        names = self._label_names(m, *m.labels)
         if extra and m.type != "counter" and f.key not in LABELLED_GAUGES:
             raise ValueError(f"simulator supports extra labels on counters only, not on {f.key}")
         extra_values = self._extra_values(extra, m) if extra else ("",)
-        if m.type == "counter" and not per_rank:  # one series per model, summed over its ranks
-            fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
-            for model in dict.fromkeys(s.model for s in self.fleet.series):
-                for v in extra_values:
-                    total = sum(s.counter(f.key, v) for s in self.fleet.series if s.model == model)
-                    created = self.created_at if self.created else None
-                    fam.add_metric([model, *self._fixed(m).values()] + ([v] if extra else []), total, created=created)
-            return fam
         if m.type == "counter":
             fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
-            for s in self.fleet.series:
+            for labels, group in self._groups(m):
                 for v in extra_values:
-                    labels = self._series_labels(s, m) + ([v] if extra else [])
                     created = self.created_at if self.created else None
-                    fam.add_metric(labels, s.counter(f.key, v), created=created)
+                    total = sum(s.counter(f.key, v) for s in group)
+                    fam.add_metric(labels + ([v] if extra else []), total, created=created)
             return fam
-        if m.type == "gauge":
+        if m.type == "gauge":  # a gauge of several ranks in one series is their sum
             fam = GaugeMetricFamily(f.wire, m.help, labels=names)
-            for s in self.fleet.series:
+            for labels, group in self._groups(m):
                 for v in extra_values:
                     key = f"{f.key}:{v}" if extra else f.key
-                    fam.add_metric(self._series_labels(s, m) + ([v] if extra else []), s.gauges.get(key, 0.0))
+                    fam.add_metric(labels + ([v] if extra else []), sum(s.gauges.get(key, 0.0) for s in group))
             return fam
         if m.type == "histogram":
             fam = HistogramMetricFamily(f.wire, m.help, labels=names)
-            for s in self.fleet.series:
-                labels = self._series_labels(s, m)
-                h = s.hists.get(f.key)
-                if h is None:  # a key the traffic model does not feed: an empty histogram
+            for labels, group in self._groups(m):
+                hists = [s.hists[f.key] for s in group if f.key in s.hists]
+                if not hists:  # a key the traffic model does not feed: an empty histogram
                     buckets = [(b, 0.0) for b in (*m.buckets_for(self.version), math.inf)]
                     total = 0.0
-                else:
-                    buckets, total = h.cumulative(), h.sum
+                else:  # the ranks' observations merged, bucket by bucket
+                    counts = zip(*(h.cumulative() for h in hists))
+                    buckets = [(per_rank[0][0], sum(c for _, c in per_rank)) for per_rank in counts]
+                    total = sum(h.sum for h in hists)
                 # the traffic model observes seconds and bytes; the engine writes its own unit
                 # (milliseconds, mebibytes)
                 wire = [(floatToGoString(m.wire_value(le)), c) for le, c in buckets]
@@ -245,31 +258,29 @@ class FleetCollector:
         raise ValueError(f"simulator cannot expose metric type {m.type!r} ({f.key})")
 
     def _counter_of(self, f: Family, value: Callable[[SeriesState], float]) -> Metric:
-        """A counter without extra labels, one series per model and rank."""
-        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self._fixed(f.metric)]
-        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
-        for s in self.fleet.series:
-            fam.add_metric(self._series_labels(s, f.metric), value(s))
+        """A counter without extra labels, one series per model (and rank)."""
+        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=self._label_names(f.metric))
+        for labels, group in self._groups(f.metric):
+            fam.add_metric(labels, sum(value(s) for s in group))
         return fam
 
     def _labelled(self, f: Family, label: str, values: dict[str, Callable[[SeriesState], float]]) -> Metric:
         """A counter with one extra label, one series per model (and rank) and label value."""
-        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self._fixed(f.metric), label]
-        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
-        for s in self.fleet.series:
+        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=self._label_names(f.metric, label))
+        for labels, group in self._groups(f.metric):
             for value, read in values.items():
-                fam.add_metric([*self._series_labels(s, f.metric), value], read(s))
+                fam.add_metric([*labels, value], sum(read(s) for s in group))
         return fam
 
     def _prefill_modes(self, f: Family) -> Metric:
         """SGLang's sglang:prefill_effective_tokens_total: prefix-cache hits and queries are one counter
         by mode (input = computed tokens, device_hit = tokens served from the cache)."""
-        names = ["model_name", *([self.catalog.rank_label] if self.engine_label else []), *self._fixed(f.metric), "mode"]
-        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=names)
-        for s in self.fleet.series:
-            hits, queries = s.counter("prefix_cache_hits"), s.counter("prefix_cache_queries")
+        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=self._label_names(f.metric, "mode"))
+        for labels, group in self._groups(f.metric):
+            hits = sum(s.counter("prefix_cache_hits") for s in group)
+            queries = sum(s.counter("prefix_cache_queries") for s in group)
             for mode, value in (("input", queries - hits), ("device_hit", hits), ("host_hit", 0.0), ("storage_hit", 0.0)):
-                fam.add_metric([*self._series_labels(s, f.metric), mode], value)
+                fam.add_metric([*labels, mode], value)
         return fam
 
     def _http_family(self, f: Family) -> Metric:

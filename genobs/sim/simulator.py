@@ -33,6 +33,8 @@ class Simulator:
     takes the whole HTTP server down, so give it a Simulator (or process) of its own.
     `role` (prefill | decode, engines whose profile has `roles`: SGLang) makes it one server of
     a P/D pair: its role in the engine's own label, and only the families that server writes.
+    `data_parallel_size` (default 2, and 1 for a P/D server, as the real P/D bodies were written):
+    engine ranks per model, vLLM's `engine` label or SGLang's schedulers (`dp_rank` from 2 on).
     """
 
     def __init__(
@@ -45,7 +47,7 @@ class Simulator:
         disaggregated_prefill: bool = True,
         fault_after: float = 0.0,
         request_rate: float = 5.0,
-        data_parallel_size: int = 2,
+        data_parallel_size: int | None = None,
         clock: Callable[[], float] | None = None,
         exporter_down_delay: float = EXPORTER_DOWN_DELAY,
         engine: str = "vllm",
@@ -83,6 +85,8 @@ class Simulator:
                 raise ValueError(f"model {name!r}: {scenario} needs speculative decoding on")
             if scenario in NEEDS_NIXL and not disaggregated_prefill:
                 raise ValueError(f"model {name!r}: {scenario} needs disaggregated prefill (NIXL) on")
+        if data_parallel_size is None:
+            data_parallel_size = 1 if role is not None else 2
         if not (data_parallel_size >= 1 and math.isfinite(request_rate) and request_rate >= 0) or not (
             math.isfinite(fault_after) and fault_after >= 0
         ):
@@ -99,8 +103,11 @@ class Simulator:
         self._t0 = self._clock()
 
         self.engine_label = catalog.has_rank_label(v)
+        # vLLM: every engine rank is a series (engine="0"); SGLang: each data-parallel scheduler
+        # writes its own families (dp_rank, written only with more than one), the tokenizer sums them
+        per_scheduler = bool(catalog.scheduler_labels) and data_parallel_size > 1
         ranks: tuple[str | None, ...] = (
-            tuple(str(i) for i in range(data_parallel_size)) if self.engine_label else (None,)
+            tuple(str(i) for i in range(data_parallel_size)) if self.engine_label or per_scheduler else (None,)
         )
         self.families = plan_families(
             catalog,
