@@ -846,6 +846,14 @@ class SglangReplicaSeries(ReplicaSeries):
             effective = d["scheduler_counters"]["prefill_effective"]
             for mode, inc in (("input", prompt * (1 - hit)), ("device_hit", prompt * hit), ("host_hit", 0.0), ("storage_hit", 0.0)):
                 self._add(effective, (*labels, ("mode", mode)), inc)
+            # the tokens this scheduler processed, at every prefill batch and decode step
+            modes = {"prefill_compute": prompt * (1 - hit), "prefill_cache": prompt * hit}
+            if self.role == "decode":
+                modes = {}
+            if decodes:
+                modes["decode"] = share * out_d.mean()
+            for mode, inc in modes.items():
+                self._add(d["scheduler_counters"]["realtime_tokens"], (*labels, ("mode", mode)), inc)
             if decodes:
                 retracted = float(p["preemptions"]) * dt / engines if live[e] else 0.0
                 self._add(d["scheduler_counters"]["retractions"], labels, retracted)

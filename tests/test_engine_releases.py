@@ -144,6 +144,11 @@ def test_sglang_release_just_outside_is_a_located_error(version: str, line: int,
         ("0.5.3", ["rate(sglang:queue_time_seconds_bucket{"], ["sglang:queue_time_s_"]),
         ("0.5.5", ["rate(sglang:num_retractions_sum{"], ["sglang:num_retracted_requests_total"]),
         ("0.5.7", ["rate(sglang:num_retracted_requests_total{"], ["sglang:num_retractions"]),
+        # liveness: the tokenizer's progress per server before 0.5.7, each scheduler's own tokens from it
+        ("0.5.6", ["rate(sglang:generation_tokens_total{", "and on (model_name, namespace, job, instance) genobs:engine_progress"],
+         ["realtime_tokens", "instance, dp_rank) genobs:engine_progress"]),
+        ("0.5.7", ["rate(sglang:realtime_tokens_total{", "and on (model_name, namespace, job, instance, dp_rank) genobs:engine_progress"],
+         ["and on (model_name, namespace, job, instance) genobs:engine_progress"]),
         # cached over prompt tokens, no `mode` matcher: the old counter has no such label
         ("0.5.17", ["rate(sglang:cached_tokens_total{"], ["prefill_effective", "mode=~"]),
         ("0.5.18", ["rate(sglang:prefill_effective_tokens_total{", ',mode=~".*_hit"}'], ["cached_tokens"]),
@@ -170,6 +175,11 @@ def test_sglang_before_queue_histogram_and_retractions_says_so(tmp_path: Path):
     assert "Preemptions (preemptions) is not observable on SGLang 0.5.4" in " ".join(result.output.split())
     result, _ = _build(tmp_path, sglang_spec("0.5.5"))
     assert "Preemptions (preemptions) is an approximation on SGLang 0.5.5: SGLang 0.5.5 and 0.5.6 count retractions only per finished request" in " ".join(result.output.split())
+    hidden = "one hung scheduler of a server with --dp-size above 1 is hidden while the others progress"
+    assert "(engine_hung) is an approximation on SGLang 0.5.5: before 0.5.7" in " ".join(result.output.split())
+    assert hidden in " ".join(result.output.split())
+    result, _ = _build(tmp_path, sglang_spec("0.5.7"))
+    assert result.exit_code == 0 and hidden not in " ".join(result.output.split()), result.output
 
 
 def test_sglang_speculative_decoding_before_the_accept_rate_gauge_is_a_located_error(tmp_path: Path):

@@ -36,8 +36,8 @@ def replica_labels(ctx: Context, key: str) -> tuple[str, ...]:
 
 
 def _where(ctx: Context, labels: tuple[str, ...]) -> str:
-    rank = ctx.rank_label
-    return f"per instance and {rank}" if rank is not None and rank in labels else "per instance"
+    ranks = [label for label in (ctx.rank_label, *ctx.catalog.scheduler_labels) if label is not None and label in labels]
+    return f"per instance and {' and '.join(dict.fromkeys(ranks))}" if ranks else "per instance"
 
 
 def _rate(ctx: Context, key: str, suffix: str = "", extra: tuple[q.Matcher, ...] = ()) -> str:
@@ -178,8 +178,9 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
         out: list[Query] = []
         if alert == "MetricsFrozen" and "process_http_ok" in r.names:
             out.append(("completions answered with 2xx per second per instance", r.ref("process_http_ok")))
-        where = _where(ctx, liveness.engine_labels(ctx))
+        where = _where(ctx, liveness.liveness_labels(ctx))
         out.append((f"requests running or waiting {where}", r.ref("engine_active")))
-        out.append((f"tokens generated + requests finished per second {where}", r.ref("engine_progress")))
+        progress = "tokens processed" if ctx.has("scheduler_tokens") else "tokens generated + requests finished"
+        out.append((f"{progress} per second {where}", r.ref("engine_progress")))
         return tuple(out)
     return ()

@@ -79,17 +79,26 @@ def row(ctx: Context, rec: Recorder) -> Row:
     replica = tuple(m for m in _matchers(ctx) if m[0] not in (ctx.rank_label, role_label(ctx)))
     rank = ctx.rank_label
     per = f"{{{{instance}}}} {rank} {{{{{rank}}}}}" if rank is not None else "{{instance}}"
+    # liveness per scheduler where the engine counts each one's tokens (SGLang dp_rank)
+    live = per + "".join(
+        f" {label} {{{{{label}}}}}" for label in liveness.liveness_labels(ctx) if label not in liveness.engine_labels(ctx)
+    )
+    progress = (
+        "tokens each scheduler processed per second, prefill and decode"
+        if ctx.has("scheduler_tokens")
+        else "tokens generated + requests finished per second"
+    )
     return Row(
         "Replica drill-down ($instance)",
         (
             Panel(
                 "Replica liveness",
-                "Requests the replica holds (running + waiting) and its progress (tokens generated + requests "
-                f"finished per second). Holding requests with no progress is a hung engine ({ctx.alert('EngineHung')}).",
+                f"Requests the replica holds (running + waiting) and its progress ({progress}). Holding "
+                f"requests with no progress is a hung engine ({ctx.alert('EngineHung')}).",
                 "short",
                 (
-                    Target(q.selector(rec.names["engine_active"], replica), f"{per} requests held"),
-                    Target(q.selector(rec.names["engine_progress"], replica), f"{per} progress /s"),
+                    Target(q.selector(rec.names["engine_active"], replica), f"{live} requests held"),
+                    Target(q.selector(rec.names["engine_progress"], replica), f"{live} progress /s"),
                 ),
                 width=8,
             ),

@@ -31,6 +31,13 @@ def scheduler_labels(ctx: Context) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*engine_labels(ctx), *ctx.catalog.scheduler_labels)))
 
 
+def liveness_labels(ctx: Context) -> tuple[str, ...]:
+    """What hangs on its own and is judged alive on its own: each scheduler where the engine
+    counts every scheduler's progress (SGLang's per-scheduler tokens: one hung data-parallel
+    scheduler among busy ones), else each engine (a replica's progress counted as a whole)."""
+    return scheduler_labels(ctx) if ctx.has("scheduler_tokens") else engine_labels(ctx)
+
+
 def failed_reasons(ctx: Context) -> tuple[str, ...]:
     """finished_reason values that mean the server failed. vLLM has `error` from 0.13; before
     0.8.3 there is no HTTP status either, so `abort` (client or internal) is all there is."""
@@ -164,7 +171,7 @@ def hung_engines(r: Recorder) -> str:
     """Engines (data-parallel ranks; a replica before vLLM 0.8.3) holding requests (running or
     waiting) that generated no token and finished no request over the rate window: ranks of a
     dense model hang independently. The value is the number of requests they hold."""
-    return f"{r.ref('engine_active')} > 0 and {q.on(engine_labels(r.ctx))} {r.ref('engine_progress')} == 0"
+    return f"{r.ref('engine_active')} > 0 and {q.on(liveness_labels(r.ctx))} {r.ref('engine_progress')} == 0"
 
 
 def hung_replicas(r: Recorder) -> str:
@@ -173,28 +180,35 @@ def hung_replicas(r: Recorder) -> str:
 
 
 def held(ctx: Context, key: str) -> str:
-    """A per-engine gauge, gap-tolerant (HELD_WINDOW) and counted once when two monitors scrape
-    the same pod (they differ only in discovery labels such as `service` or `endpoint`)."""
+    """A gauge per engine (or scheduler, liveness_labels), gap-tolerant (HELD_WINDOW) and counted
+    once when two monitors scrape the same pod (they differ only in discovery labels such as
+    `service` or `endpoint`)."""
     latest = q.max_by(scheduler_labels(ctx), f"last_over_time({ctx.raw(key)}[{HELD_WINDOW}])")
-    if scheduler_labels(ctx) == engine_labels(ctx):
+    if scheduler_labels(ctx) == liveness_labels(ctx):
         return latest
-    return q.sum_by(engine_labels(ctx), latest)  # a replica holds what its schedulers hold
+    return q.sum_by(liveness_labels(ctx), latest)  # a replica holds what its schedulers hold
 
 
 def record_liveness(r: Recorder) -> None:
-    """Per engine: requests it holds and the progress it makes; per model: the share of
-    engines that hold requests but make no progress (hung)."""
+    """Per engine (or scheduler, liveness_labels): requests it holds and the progress it makes;
+    per model: the share of engines that hold requests but make no progress (hung)."""
     ctx = r.ctx
-    el = engine_labels(ctx)
+    el = liveness_labels(ctx)
     active = f"{held(ctx, 'requests_running')} + {held(ctx, 'requests_waiting')}"
     r.add("engine_active", "engine_requests_active", "sum", active)
-    tokens = q.sum_by(el, ctx.rate("generation_tokens"))
-    # V0 creates a finished_reason series only once seen: no series means no finished request
-    # every pool finishes requests (prefill legs as `length`): an engine's liveness reads all
-    # (the zero comes from the engine's recorded active requests, not a second raw token read)
-    done = ctx.raw("request_success" if ctx.has("request_success") else "requests_finished", all_roles=True)
-    finished = f"({q.sum_by(el, q.rate(done, ctx.window))} or {r.ref('engine_active')} * 0)"
-    r.add("engine_progress", "engine_progress", "rate", f"{tokens} + {finished}")
+    if ctx.has("scheduler_tokens"):
+        # each scheduler's own tokens (prefill and decode); a scheduler that has processed none
+        # since it started has no series yet, so its held requests supply the zero
+        tokens = q.sum_by(el, q.rate(ctx.raw("scheduler_tokens", all_roles=True), ctx.window))
+        progress = f"{tokens} or {r.ref('engine_active')} * 0"
+    else:
+        tokens = q.sum_by(el, ctx.rate("generation_tokens"))
+        # V0 creates a finished_reason series only once seen: no series means no finished request
+        # every pool finishes requests (prefill legs as `length`): an engine's liveness reads all
+        # (the zero comes from the engine's recorded active requests, not a second raw token read)
+        done = ctx.raw("request_success" if ctx.has("request_success") else "requests_finished", all_roles=True)
+        progress = f"{tokens} + ({q.sum_by(el, q.rate(done, ctx.window))} or {r.ref('engine_active')} * 0)"
+    r.add("engine_progress", "engine_progress", "rate", progress)
     engines = f"count {q.by(ctx.group)} ({r.ref('engine_active')})"
     r.add(
         "engines_hung_ratio",
