@@ -61,6 +61,8 @@ EXPECTED: dict[str, tuple[frozenset[str], ...]] = {
     "rss_leak": (frozenset({"rss_growth"}),),
     # counters flat while the gauges still show running requests: a hung engine
     "flat_zero_metrics": (frozenset({"engine_hung"}),),
+    # one data-parallel engine (engine="1") hangs while the other serves: paired per engine
+    "rank_hang": (frozenset({"engine_hung"}),),
     # the scrape fails: up == 0, so the target-down warning (not metrics-absent, which needs up == 1)
     "exporter_down": (frozenset({"target_down"}),),
     # 5xx answers that never reach the engine count against success (and the availability SLO)

@@ -38,6 +38,9 @@ FAULTS = {
         "abort_surge": "abort",  # sglang:num_aborted_requests_total
         "preemption_storm": "preemptions",  # retractions
         "kv_saturation": "kv_cache",
+        # one of the two schedulers hangs (dp_rank 1): the tokenizer's counters keep growing with
+        # the other's requests, its own sglang:realtime_tokens_total stops
+        "rank_hang": "engine_hung",
     },
     "trtllm": {
         "ttft_degradation": "ttft",

@@ -409,6 +409,47 @@ def test_simulated_sglang_pd_server_exports_what_the_real_pd_body_has(role: str)
     assert next(iter(simulated["sglang:num_transfer_failed_reqs_total"].values())) > 0
 
 
+def _modes(series: dict[tuple, float]) -> set[str]:
+    return {dict(labels)["mode"] for labels in series}
+
+
+def test_simulated_sglang_rank_hang_stops_one_scheduler_while_the_tokenizer_counts_on():
+    """`rank_hang` on a 2-scheduler SGLang server: dp_rank 1 holds its requests and its own
+    sglang:realtime_tokens_total stops, dp_rank 0 keeps processing, so the tokenizer's counters (one
+    series per server) keep growing: only the per-scheduler tokens show the hang. Each server writes
+    the realtime-token modes the real server of its role writes."""
+    from genobs.sim import Simulator
+
+    clock = _Clock()
+    sim = Simulator("0.5.23", {"m": "rank_hang"}, engine="sglang", fault_after=10, clock=clock)
+    clock.t = 30.0
+    a = _scrape(sim)
+    clock.t = 90.0
+    b = _scrape(sim)
+
+    def per_rank(snap: dict, name: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for labels, v in snap[name].items():
+            rank = dict(labels)["dp_rank"]
+            out[rank] = out.get(rank, 0.0) + v
+        return out
+
+    tokens_a, tokens_b = per_rank(a, "sglang:realtime_tokens_total"), per_rank(b, "sglang:realtime_tokens_total")
+    assert tokens_b["1"] == tokens_a["1"] > 0  # served until the fault, then nothing
+    assert tokens_b["0"] > tokens_a["0"]
+    assert per_rank(b, "sglang:num_running_reqs")["1"] > 0
+    for name in ("sglang:generation_tokens_total", "sglang:num_requests_total"):
+        assert sum(b[name].values()) > sum(a[name].values()), name
+    text = (BODIES / "sglang_0.5.23_exposition.txt").read_text()
+    assert _modes(b["sglang:realtime_tokens_total"]) == set(re.findall(r'^sglang:realtime_tokens_total\{[^}]*mode="(\w+)"', text, re.M))
+    for role in ("prefill", "decode"):
+        served = _scrape(Simulator("0.5.23", {"m": "healthy"}, engine="sglang", role=role, clock=clock))
+        real = (BODIES / f"sglang_0.5.23_pd_{role}_exposition.txt").read_text()
+        assert _modes(served["sglang:realtime_tokens_total"]) == set(
+            re.findall(r'^sglang:realtime_tokens_total\{[^}]*mode="(\w+)"', real, re.M)
+        ), role
+
+
 def test_simulated_sglang_data_parallel_server_writes_dp_rank_where_the_real_body_does():
     """`genobs simulate --engine sglang` (default --data-parallel-size 2) writes each scheduler
     family once per data-parallel rank with dp_rank, as the real 2-rank SGLang 0.5.23 body does,

@@ -137,6 +137,7 @@ def test_scenarios_listed_once() -> None:
         "spec_acceptance_collapse",
         "rss_leak",
         "flat_zero_metrics",
+        "rank_hang",
         "exporter_down",
         "http_5xx",
     )
@@ -384,6 +385,13 @@ CHECKS = {
     "flat_zero_metrics": lambda a, b, m: (
         all(delta(a, b, n, m) == 0 for n in {n for n, _ in b if n.startswith("vllm") and n.endswith(COUNTED)})
         and gauge(b, "requests_running", m) > 0
+    ),
+    # the last data-parallel engine (engine="1") counts nothing while it holds requests; engine 0 serves on
+    "rank_hang": lambda a, b, m: (
+        all(delta(a, b, n, m, engine="1") == 0 for n in {n for n, _ in b if n.startswith("vllm") and n.endswith(COUNTED)})
+        and total(b, wire("requests_running"), m, engine="1") > 0
+        and delta(a, b, wire("generation_tokens"), m, engine="0") > 0
+        and delta(a, b, wire("request_success"), m, engine="0") > 0
     ),
 }
 

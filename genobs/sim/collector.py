@@ -194,6 +194,8 @@ class FleetCollector:
             return self._info_family(f)
         if f.key == "http_requests":
             return self._http_family(f)
+        if f.key == "scheduler_tokens":
+            return self._scheduler_tokens(f)
         if m.labels == ("mode",):
             return self._prefill_modes(f)
         if f.key == "requests_finished":  # no finish reasons: stop and length finishes, aborts apart
@@ -282,6 +284,24 @@ class FleetCollector:
             for mode, value in (("input", queries - hits), ("device_hit", hits), ("host_hit", 0.0), ("storage_hit", 0.0)):
                 fam.add_metric([*labels, mode], value)
         return fam
+
+    def _scheduler_tokens(self, f: Family) -> Metric:
+        """SGLang's sglang:realtime_tokens_total: each scheduler's tokens by mode, the modes its role
+        processes (a prefill server prefill_compute and prefill_cache, a decode server decode, as in
+        the real P/D bodies; a unified server all three)."""
+        modes: dict[str, Callable[[SeriesState], float]] = {
+            "prefill_compute": lambda s: s.counter("prefix_cache_queries") - s.counter("prefix_cache_hits"),
+            "prefill_cache": lambda s: s.counter("prefix_cache_hits"),
+            "decode": lambda s: s.counter("generation_tokens"),
+        }
+        if self.catalog.roles is not None:
+            label, prefill, decode = self.catalog.roles
+            role = self.static.get(label)
+            if role == prefill:
+                del modes["decode"]
+            elif role == decode:
+                modes = {"decode": modes["decode"]}
+        return self._labelled(f, "mode", modes)
 
     def _http_family(self, f: Family) -> Metric:
         """http_requests_total: the answers the API server gave, one per request the engine finished,

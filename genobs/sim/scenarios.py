@@ -19,6 +19,7 @@ SCENARIOS: tuple[str, ...] = (
     "spec_acceptance_collapse",
     "rss_leak",
     "flat_zero_metrics",
+    "rank_hang",
     "exporter_down",
     "http_5xx",
 )
@@ -37,10 +38,16 @@ DESCRIPTIONS: dict[str, str] = {
     "spec_acceptance_collapse": "spec-decode acceptance alpha (position 0) ~0.2 instead of ~0.7",
     "rss_leak": "process RSS +50% per minute (process series: one per exporter, not per model)",
     "flat_zero_metrics": "every counter/histogram of the model frozen while gauges still show running > 0",
+    "rank_hang": "one data-parallel rank of the model (the last: vLLM engine, SGLang dp_rank) hangs: its "
+    "counters and histograms freeze while it holds its requests, the other ranks serve on (one rank: the model)",
     "exporter_down": "the whole HTTP exporter stops answering (run it in its own simulator process)",
     "http_5xx": "the API server answers ~10% of generation requests with 5xx before they reach the engine "
     "(http_requests_total{status=\"5xx\"}; per exporter, like the process series)",
 }
+
+#: Scenarios that hit one rank of the model (the last), the others staying healthy: scenario -> the
+#: profile of that rank.
+RANK_SCENARIOS = {"rank_hang": "flat_zero_metrics"}
 
 #: Scenarios that act on the exporter process rather than on the model's engine series.
 PROCESS_SCENARIOS = frozenset({"rss_leak", "exporter_down", "http_5xx"})
@@ -92,6 +99,8 @@ def profile_for(scenario: str, fault_age: float, request_rate: float, reasons: t
         raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     if fault_age < 0 or scenario in PROCESS_SCENARIOS or scenario == "healthy":
         return HEALTHY
+    if scenario in RANK_SCENARIOS:
+        raise ValueError(f"{scenario} hits one rank: ask for the profile of {RANK_SCENARIOS[scenario]} on that rank")
     p = HEALTHY
     rate = max(request_rate, 1e-6)
     if scenario == "ttft_degradation":

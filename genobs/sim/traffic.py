@@ -9,7 +9,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .scenarios import HEALTHY, Profile, profile_for
+from .scenarios import HEALTHY, RANK_SCENARIOS, Profile, profile_for
 
 #: Simulated seconds per tick. State is a pure function of (seed, elapsed // TICK), so the
 #: exposition does not depend on when or how often it is scraped.
@@ -265,7 +265,10 @@ class Fleet:
                 t = self.ticks * TICK
                 age = t - self.fault_after
                 for s in self.series:
-                    p = profile_for(s.scenario, age, self.request_rate, self.reasons)
+                    scenario = s.scenario
+                    if scenario in RANK_SCENARIOS:  # the model's last rank has the fault, the others none
+                        scenario = RANK_SCENARIOS[scenario] if s.rank == self.ranks[-1] else "healthy"
+                    p = profile_for(scenario, age, self.request_rate, self.reasons)
                     s.step(TICK, p, self.request_rate, self.reasons)
                 self.process.step(TICK, age)
                 self.ticks += 1
