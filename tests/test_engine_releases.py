@@ -182,6 +182,23 @@ def test_sglang_before_queue_histogram_and_retractions_says_so(tmp_path: Path):
     assert result.exit_code == 0 and hidden not in " ".join(result.output.split()), result.output
 
 
+@pytest.mark.parametrize(("version", "other"), [("0.5.7", "0.5.6"), ("0.5.6", "0.5.7")])
+def test_sglang_upgrade_across_the_per_scheduler_tokens_judges_liveness_per_server(version: str, other: str, tmp_path: Path):
+    """A fleet half on 0.5.6 (no sglang:realtime_tokens_total) and half on 0.5.7: reading each
+    scheduler's tokens would leave every 0.5.6 pod holding requests without progress (hung); both
+    directions read the tokenizer's progress per server, which both releases write."""
+    text = sglang_spec(version).replace(
+        f'  engine_version: "{version}"', f'  engine_version: "{version}"\n  other_engine_version: "{other}"'
+    )
+    assert "other_engine_version" in text
+    result, out = _build(tmp_path, text)
+    assert result.exit_code == 0, result.output
+    rules = _rules(out, "sglang")
+    assert "realtime_tokens" not in rules
+    assert "and on (model_name, namespace, job, instance) genobs:engine_progress" in rules
+    assert "rate(sglang:generation_tokens_total{" in rules
+
+
 def test_sglang_speculative_decoding_before_the_accept_rate_gauge_is_a_located_error(tmp_path: Path):
     text = sglang_spec("0.5.3").replace("  speculative_decoding: false", "  speculative_decoding: true")
     result, _ = _build(tmp_path, text)

@@ -85,7 +85,7 @@ def row(ctx: Context, rec: Recorder) -> Row:
     )
     progress = (
         "tokens each scheduler processed per second, prefill and decode"
-        if ctx.has("scheduler_tokens")
+        if liveness.per_scheduler_progress(ctx)
         else "tokens generated + requests finished per second"
     )
     return Row(

@@ -31,11 +31,20 @@ def scheduler_labels(ctx: Context) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*engine_labels(ctx), *ctx.catalog.scheduler_labels)))
 
 
+def per_scheduler_progress(ctx: Context) -> bool:
+    """Whether the engine counts each scheduler's progress (SGLang's per-scheduler tokens), on both
+    releases of a fleet during an upgrade (service.other_engine_version): a pod of a release
+    without the counter would read as making no progress."""
+    if not ctx.has("scheduler_tokens"):
+        return False
+    return ctx.other_version is None or ctx.catalog.name("scheduler_tokens", ctx.other_version) is not None
+
+
 def liveness_labels(ctx: Context) -> tuple[str, ...]:
     """What hangs on its own and is judged alive on its own: each scheduler where the engine
-    counts every scheduler's progress (SGLang's per-scheduler tokens: one hung data-parallel
-    scheduler among busy ones), else each engine (a replica's progress counted as a whole)."""
-    return scheduler_labels(ctx) if ctx.has("scheduler_tokens") else engine_labels(ctx)
+    counts every scheduler's progress (one hung data-parallel scheduler among busy ones), else
+    each engine (a replica's progress counted as a whole)."""
+    return scheduler_labels(ctx) if per_scheduler_progress(ctx) else engine_labels(ctx)
 
 
 def failed_reasons(ctx: Context) -> tuple[str, ...]:
@@ -196,7 +205,7 @@ def record_liveness(r: Recorder) -> None:
     el = liveness_labels(ctx)
     active = f"{held(ctx, 'requests_running')} + {held(ctx, 'requests_waiting')}"
     r.add("engine_active", "engine_requests_active", "sum", active)
-    if ctx.has("scheduler_tokens"):
+    if per_scheduler_progress(ctx):
         # each scheduler's own tokens (prefill and decode); a scheduler that has processed none
         # since it started has no series yet, so its held requests supply the zero
         tokens = q.sum_by(el, q.rate(ctx.raw("scheduler_tokens", all_roles=True), ctx.window))
