@@ -847,9 +847,7 @@ class SglangReplicaSeries(ReplicaSeries):
             for mode, inc in (("input", prompt * (1 - hit)), ("device_hit", prompt * hit), ("host_hit", 0.0), ("storage_hit", 0.0)):
                 self._add(effective, (*labels, ("mode", mode)), inc)
             # the tokens this scheduler processed, at every prefill batch and decode step
-            modes = {"prefill_compute": prompt * (1 - hit), "prefill_cache": prompt * hit}
-            if self.role == "decode":
-                modes = {}
+            modes = {} if self.role == "decode" else {"prefill_compute": prompt * (1 - hit), "prefill_cache": prompt * hit}
             if decodes:
                 modes["decode"] = share * out_d.mean()
             for mode, inc in modes.items():

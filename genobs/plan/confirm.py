@@ -180,7 +180,6 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
             out.append(("completions answered with 2xx per second per instance", r.ref("process_http_ok")))
         where = _where(ctx, liveness.liveness_labels(ctx))
         out.append((f"requests running or waiting {where}", r.ref("engine_active")))
-        progress = "tokens processed" if liveness.per_scheduler_progress(ctx) else "tokens generated + requests finished"
-        out.append((f"{progress} per second {where}", r.ref("engine_progress")))
+        out.append((f"{liveness.progress_words(ctx)} per second {where}", r.ref("engine_progress")))
         return tuple(out)
     return ()

@@ -83,17 +83,12 @@ def row(ctx: Context, rec: Recorder) -> Row:
     live = per + "".join(
         f" {label} {{{{{label}}}}}" for label in liveness.liveness_labels(ctx) if label not in liveness.engine_labels(ctx)
     )
-    progress = (
-        "tokens each scheduler processed per second, prefill and decode"
-        if liveness.per_scheduler_progress(ctx)
-        else "tokens generated + requests finished per second"
-    )
     return Row(
         "Replica drill-down ($instance)",
         (
             Panel(
                 "Replica liveness",
-                f"Requests the replica holds (running + waiting) and its progress ({progress}). Holding "
+                f"Requests the replica holds (running + waiting) and its progress ({liveness.progress_words(ctx)} per second). Holding "
                 f"requests with no progress is a hung engine ({ctx.alert('EngineHung')}).",
                 "short",
                 (

@@ -40,6 +40,11 @@ def per_scheduler_progress(ctx: Context) -> bool:
     return ctx.other_version is None or ctx.catalog.name("scheduler_tokens", ctx.other_version) is not None
 
 
+def progress_words(ctx: Context) -> str:
+    """What genobs:engine_progress:rate5m counts, per second, for texts."""
+    return "prefill and decode tokens processed" if per_scheduler_progress(ctx) else "tokens generated + requests finished"
+
+
 def liveness_labels(ctx: Context) -> tuple[str, ...]:
     """What hangs on its own and is judged alive on its own: each scheduler where the engine
     counts every scheduler's progress (one hung data-parallel scheduler among busy ones), else
