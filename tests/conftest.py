@@ -23,3 +23,15 @@ def spec_text(**service) -> str:
     fields.update(service)
     body = "\n".join(f"  {k}: {v}" for k, v in fields.items())
     return f"version: genobs/v1\nname: t\nuse_case: chat\nservice:\n{body}\n"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The real-engine run's figures (start time, detection times, agreement with the load tool)."""
+    import sys
+
+    module = sys.modules.get("tests.test_real_vllm") or sys.modules.get("test_real_vllm")
+    figures = getattr(module, "FIGURES", None)
+    if figures:
+        terminalreporter.section("real vLLM figures")
+        for phase, what, value in figures:
+            terminalreporter.write_line(f"{phase:>16}  {what}: {value}")

@@ -43,6 +43,10 @@ DEFAULT_TRAFFIC: dict[str, Any] = {
     "http_5xx": 0.0,  # share answered 5xx by the API server (never reach the engine)
     "http_5xx_per_s": 0.0,  # 5xx answers per second besides the engine's traffic (the API server fails them all)
     "admission_rejections": 0.0,  # rejected admissions per second (vLLM >= 0.32)
+    # requests per second whose clients give up before the engine finishes them: vLLM's API server
+    # counts each as a 2xx answer when it ends and (V1 front end) the engine counts no finish.
+    # None: none while serving; every arrival (`rate`) while hung, as clients time out on it
+    "abandoned": None,
     "handler": "/v1/chat/completions",
     "model_list_polls": 0.1,  # GET /v1/models per second: HTTP traffic that is not inference
     "ttft": {"p50": 0.18, "p99": 0.7},
@@ -721,11 +725,18 @@ class ReplicaSeries:
                     self._add(entry["name"], (*self.model, ("reason", reason)), inc)
         if not any(in_range(e, self.version) for e in DATA["http_requests"]):
             return
+        if isinstance(self.f.gateway, DynamoModel):
+            return  # a Dynamo worker runs vLLM's engine without its OpenAI server: no http_requests_total
         name = "http_requests_total"
         h = (("handler", p["handler"]), ("method", "POST"))
         # Streamed answers start with 200 before the engine finishes, so every finished
-        # request (stop/length/abort/error) is a 2xx; 4xx/5xx never reached the engine.
-        self._add(name, (*self.base, *h, ("status", "2xx")), rate * dt)
+        # request (stop/length/abort/error) is a 2xx; 4xx/5xx never reached the engine. A request
+        # its client gave up on is counted 2xx when it ends (vLLM 0.32, seen on a real server).
+        abandoned = p["abandoned"]
+        if abandoned is None:
+            abandoned = p["rate"] if state == "hung" else 0.0
+        abandoned = 0.0 if first or state in ("down", "absent") else float(abandoned)
+        self._add(name, (*self.base, *h, ("status", "2xx")), (rate + abandoned) * dt)
         self._add(name, (*self.base, *h, ("status", "4xx")), rate * float(p["http_4xx"]) * dt)
         front = float(p["http_5xx_per_s"]) if accepting else 0.0
         self._add(name, (*self.base, *h, ("status", "5xx")), (rate * float(p["http_5xx"]) + front) * dt)

@@ -163,7 +163,7 @@ def test_explain_uses_the_given_spec_and_is_case_insensitive():
 
 def test_explain_signal_lists_every_alert_of_it():
     for signal, names in (
-        ("metrics_absent", ("VllmMetricsAbsent", "VllmMetricsFrozen")),
+        ("metrics_absent", ("VllmMetricsAbsent",)),
         ("target_down", ("VllmTargetDown", "VllmServingCapacityLost")),
         ("engine_hung", ("VllmEngineHung", "VllmFleetNoProgress")),
     ):

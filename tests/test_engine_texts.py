@@ -156,8 +156,8 @@ def test_explain_and_doctor_speak_of_the_engine(engine: str) -> None:
     out = CliRunner().invoke(main, ["explain", f"{PREFIX[engine]}MetricsAbsent", "--spec", spec])
     assert out.exit_code == 0, out.output
     assert SWITCH[engine][0] in out.output and not VLLM_WORD.search(out.output), out.output
-    # the signal, and an alert the spec does not generate (explained from the handbook), in the engine's words
-    for name in ("metrics_absent", f"{PREFIX[engine]}MetricsFrozen"):
+    # signals and an alert, explained from the handbook, in the engine's words
+    for name in ("metrics_absent", "engine_hung", f"{PREFIX[engine]}FleetNoProgress"):
         told = CliRunner().invoke(main, ["explain", name, "--spec", spec])
         assert told.exit_code == 0 and not VLLM_WORD.search(told.output), told.output
         assert not re.search(r"\{(engine|metrics_path|hint:[a-z_]+|alert:[A-Za-z0-9]+)\}", told.output)

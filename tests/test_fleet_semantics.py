@@ -100,7 +100,8 @@ SCENARIOS: dict[str, tuple[list[dict], set[tuple[str, str, str]]]] = {
     ),
     "one hung replica of four warns and names it": (
         [s for i, p in enumerate(PODS) for s in replica(p, mix=CHAT_MIX, hung_at=5 if i == 2 else None)],
-        {("VllmEngineHung", "warning", PODS[2])},
+        # the API server keeps answering its clients' give-ups (2xx, no finish): a quarter abandoned
+        {("VllmEngineHung", "warning", PODS[2]), ("VllmAbortRatioHigh", "warning", "")},
     ),
     "half the replicas hung pages": (
         [s for i, p in enumerate(PODS) for s in replica(p, mix=CHAT_MIX, hung_at=5 if i < 2 else None)],
@@ -108,11 +109,13 @@ SCENARIOS: dict[str, tuple[list[dict], set[tuple[str, str, str]]]] = {
             ("VllmEngineHung", "warning", PODS[0]),
             ("VllmEngineHung", "warning", PODS[1]),
             ("VllmFleetNoProgress", "critical", ""),
+            ("VllmAbortRatioHigh", "warning", ""),
         },
     ),
+    # an engine core stopped while idle (gauges frozen at 0) or broken engine metrics: users may wait
     "all-zero engine series while the API server answers": (
         [s for i, p in enumerate(PODS) for s in replica(p, mix=CHAT_MIX, zeros=i == 3)],
-        {("VllmMetricsFrozen", "warning", PODS[3])},
+        {("VllmEngineHung", "warning", PODS[3]), ("VllmAbortRatioHigh", "warning", "")},
     ),
 }
 

@@ -121,7 +121,7 @@ DRILL_DOWN = {
 
 # liveness pairs held requests with progress per engine: a hung data-parallel rank of a dense
 # model is invisible once the replica's engines are summed
-PER_ENGINE = {"genobs:engine_requests_active:sum", "genobs:engine_progress:rate5m"}
+PER_ENGINE = {"genobs:engine_requests_active:sum", "genobs:engine_progress:rate5m", "genobs:engine_requests_finished:rate5m"}
 
 
 def test_engine_label_is_always_aggregated_away():

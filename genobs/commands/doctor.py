@@ -41,6 +41,9 @@ _HINTS = {
     "version": "The metric names differ from the ones service.engine_version picks: set service.engine_version "
     "to the {engine} version that runs.",
     "feature": "A feature the spec turns on exports no series: {hows}; or turn it off in the spec ({flags}).",
+    "unanswered": "The {engine} API server creates http_requests_total with the first HTTP request it answers "
+    "(prometheus_fastapi_instrumentator): its process_* series are there, so it has answered none yet. Send a "
+    "request or wait for traffic, then ask again; until then success and hang checks see no API-server answers.",
     "process": "The {engine} API server's process_* / python_gc_* series are missing: prometheus_client in multiprocess "
     "mode (PROMETHEUS_MULTIPROC_DIR set, e.g. several API-server processes) does not export the process and "
     "GC collectors. Scrape them another way or ignore the RSS/GC panels and {alert:ApiServerRssGrowing}.",
@@ -138,6 +141,12 @@ def _version_note(catalog: Catalog, key: str, found: str) -> str:
     return f"Prometheus has {found}"
 
 
+def _process_present(catalog: Catalog, present: set[str]) -> bool:
+    """Whether another of the API server's process series is there (not multiprocess mode)."""
+    names = {r.name for k, m in catalog.metrics.items() if m.process and k != "http_requests" for r in m.names}
+    return bool(names & present)
+
+
 def _feature_of(key: str) -> str | None:
     return next((feature for prefix, (feature, _) in _FEATURE_KEYS.items() if key.startswith(prefix)), None)
 
@@ -174,6 +183,8 @@ def classify(
             out.append(Missing(name, "no_series"))
         elif _feature_of(key) in features:
             out.append(Missing(name, "feature", f"features.{_feature_of(key)}", feature=_feature_of(key)))
+        elif catalog.metric(key).process and key == "http_requests" and _process_present(catalog, present):
+            out.append(Missing(name, "unanswered"))
         elif catalog.metric(key).process:
             out.append(Missing(name, "process"))
         else:
@@ -188,6 +199,7 @@ _TITLES = {
     "dialect": "metric-name dialect mismatch",
     "version": "engine version mismatch",
     "feature": "feature metrics absent",
+    "unanswered": "no HTTP request answered yet",
     "process": "process metrics absent",
     "other_exporter": "another exporter's series absent",
     "absent": "not exported",

@@ -31,6 +31,39 @@ def use_cases() -> list[str]:
     return list(presets())
 
 
+@functools.cache
+def devices() -> dict:
+    return yaml.safe_load(resources.files("genobs.data").joinpath("devices.yaml").read_text(encoding="utf-8"))
+
+
+def device_alerts(use_case: str, device: str) -> dict[str, dict[str, str]]:
+    """The device's thresholds (devices.yaml) where they are laxer than the use case's preset: a
+    CPU engine must not be held to a GPU's speeds, nor to stricter ones than its use case asks."""
+    from genobs.plan.alerts import signal_data
+    from genobs.units import parse_number, parse_seconds
+
+    if device == "gpu":
+        return {}
+    preset = presets()[use_case].get("alerts", {})
+    below = {a["signal"] for a in signal_data()["alerts"].values() if a.get("primary") and a["direction"] == "below"}
+    out: dict[str, dict[str, str]] = {}
+    for signal, levels in devices()[device]["alerts"].items():
+        if preset.get(signal, {}).get("enabled") is False:
+            continue
+        parse = parse_number if signal in below else parse_seconds
+        kept = {}
+        for sev, value in levels.items():
+            current = preset.get(signal, {}).get(sev)
+            if current is not None:
+                mine, theirs = parse(value), parse(current)
+                if (mine >= theirs) if signal in below else (mine <= theirs):
+                    continue  # the use case is already at least as lax
+            kept[sev] = str(value)
+        if kept:
+            out[signal] = kept
+    return out
+
+
 def newest_version(engine: str = "vllm") -> str:
     from genobs.catalog import format_version, load_catalog
 
@@ -111,9 +144,11 @@ def spec_text(
     engine: str = "vllm",
     capabilities: tuple[str, ...] = (),
     gateway: tuple[str, str | None, str] | None = None,
+    device: str = "gpu",
 ) -> str:
     """The commented spec `genobs init` writes; no model watches every model behind the selector.
-    `gateway`: (profile, release or None for the newest, scrape job) of a gateway in front of the pods."""
+    `gateway`: (profile, release or None for the newest, scrape job) of a gateway in front of the pods;
+    `device`: cpu writes devices.yaml's thresholds under alerts:."""
     preset = presets()[use_case]
     name = name or use_case
     version = engine_version or newest_version(engine)
@@ -177,16 +212,13 @@ def spec_text(
             if warnings
             else []
         ),
-        c("alerts: {}", "only what differs from the preset, e.g.:"),
-        "#   ttft: {warning: 1s, critical: 2.5s, for: 10m}",
-        say["example"],
-        "#   rss_growth: {enabled: false}",
+        *_alerts_block(use_case, device, say["example"]),
         "",
         c("# slos:", "multi-window multi-burn-rate alerts on each SLO")
         + ("; ttft, e2e and success read the gateway" if gateway else ""),
         "#   - name: first-token",
         "#     sli: ttft",
-        c("#     threshold: 1s", "a histogram bucket boundary"),
+        c(f"#     threshold: {_slo_threshold(device)}", "a histogram bucket boundary"),
         "#     objective: 99%",
         "",
         c("runbook: {}", "base_url: where RUNBOOK.md is published (runbook_url of alerts)"),
@@ -201,6 +233,28 @@ def spec_text(
         c("  labels: {}", "e.g. {release: kube-prometheus-stack} for the operator's ruleSelector"),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _alerts_block(use_case: str, device: str, example: str) -> list[str]:
+    def c(code: str, comment: str = "") -> str:
+        return f"{code:<35} # {comment}" if comment else code
+
+    overrides = device_alerts(use_case, device)
+    if not overrides:
+        return [
+            c("alerts: {}", "only what differs from the preset, e.g.:"),
+            "#   ttft: {warning: 1s, critical: 2.5s, for: 10m}",
+            example,
+            "#   rss_growth: {enabled: false}",
+        ]
+    lines = [c("alerts:", f"{devices()[device]['description']}: laxer than the preset where it is stricter")]
+    for signal, levels in overrides.items():
+        lines.append(f"  {signal}: {{{', '.join(f'{sev}: {value}' for sev, value in levels.items())}}}")
+    return lines
+
+
+def _slo_threshold(device: str) -> str:
+    return str(devices()[device]["slo_example"]["threshold"]) if device != "gpu" else "1s"
 
 
 def _gateway_block(gateway: tuple[str, str | None, str], namespace: str | None) -> list[str]:
@@ -277,6 +331,13 @@ _OPTION_OF_FIELD = (
 @click.option(
     "--gateway-job", default=None, help="Prometheus scrape job of the gateway. Default: llm-d-epp, or dynamo-frontend."
 )
+@click.option(
+    "--device",
+    type=click.Choice(["gpu", "cpu"]),
+    default="gpu",
+    show_default=True,
+    help="What the engine runs on: cpu writes thresholds for CPU speeds under alerts: (the presets assume GPUs).",
+)
 @click.option("--namespace", default="llm-prod", show_default=True, help="Kubernetes namespace of the engine (and gateway) targets.")
 @click.option("--job", default=None, help="Prometheus scrape job of the engine's targets. Default: the engine's name.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write to FILE, not stdout.")
@@ -290,6 +351,7 @@ def init(
     gateway: str | None,
     gateway_version: str | None,
     gateway_job: str | None,
+    device: str,
     namespace: str,
     job: str | None,
     output: Path | None,
@@ -311,7 +373,7 @@ def init(
         if not value.strip():
             raise click.BadParameter("must not be empty", param_hint=option)
     args = (use_case, model, name, engine_version, namespace, schema_ref(output))
-    text = spec_text(*args, job=job, engine=engine, gateway=front)
+    text = spec_text(*args, job=job, engine=engine, gateway=front, device=device)
     from genobs.errors import SpecError
 
     try:
@@ -325,7 +387,9 @@ def init(
                 click.echo(f"error: {option}: {p.message}", err=True)
         raise SystemExit(2) from None
     if warnings or capabilities:  # the same the build will print; written into the spec as comments too
-        text = spec_text(*args, warnings=warnings, job=job, engine=engine, capabilities=capabilities, gateway=front)
+        text = spec_text(
+            *args, warnings=warnings, job=job, engine=engine, capabilities=capabilities, gateway=front, device=device
+        )
         for w in warnings:
             click.echo(f"warning: {w}", err=True)
     if output is None:

@@ -11,7 +11,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import backend, capacity, gateway, links, slo
+from genobs.plan import backend, capacity, gateway, links, pages, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.capacity import CapacityPlan
@@ -447,14 +447,17 @@ def assemble(doc: SpecDocument) -> Assembly:
     groups = tuple(replace(g, rules=links.with_dashboard_urls(g.rules, grafana, dashboard)) for g in groups)
     if cap is not None:
         cap = replace(cap, rules=links.with_dashboard_urls(cap.rules, grafana, dashboard))
+    keep = pages.hold(next((r.for_ for r in resolved if r.key == "ServingCapacityLost"), None), spec.evaluation_interval)
+    groups = pages.with_hold(groups, keep)
     tested = groups
     if gw is not None:  # checked by scenarios through promtool (tests/scenarios/gateway_*.yaml), not generated tests
         gw_rules = links.with_dashboard_urls(gw.rules, grafana, dashboard)
-        groups += (RuleGroup(naming.group(spec.name, "gateway"), spec.evaluation_interval, gw_rules),)
-        groups += gateway.slo_groups(spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard))
+        gw_groups = (RuleGroup(naming.group(spec.name, "gateway"), spec.evaluation_interval, gw_rules),)
+        gw_groups += gateway.slo_groups(spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard))
+        groups += pages.with_hold(gw_groups, keep)
     cap_group = None
     if cap is not None:
-        cap_group = RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules)
+        cap_group = pages.with_hold((RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep)[0]
         groups += (cap_group,)
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
     raw = _raw_metrics(groups, ctx, recorded, (cap.known if cap else frozenset()) | (gw.raw if gw else frozenset()))

@@ -224,7 +224,7 @@ LATENCY_ALERTS = {
 
 
 def _hung(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
-    # compared: the requests held on the replica's hung engines (its value), not all it holds
+    # compared: the requests waiting on the replica's hung engines (its value), not all it holds
     expr = liveness.hung_replicas(b.rec)
     return expr, expr, "Replica liveness"
 
@@ -232,19 +232,6 @@ def _hung(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
 def _no_progress(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
     series = b.rec.ref("engines_hung_ratio")
     return f"{series} {op} {t}", series, "Replica liveness"
-
-
-def _frozen(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str] | None:
-    """The API server answers completions while the engine counts nothing and holds nothing."""
-    if "process_http_ok" not in b.rec.names:
-        return None  # before 0.8.3 vLLM has no HTTP metrics: nothing independent of the engine
-    pg = b.ctx.process_group
-    series = b.rec.ref("process_http_ok")
-    progress = f"sum {q.by(pg)} ({b.rec.ref('engine_progress')}) > 0"
-    # engine series present but all zero: no series at all is MetricsAbsent's case
-    idle = f"sum {q.by(pg)} ({b.rec.ref('engine_active')}) == 0"
-    expr = f"{series} > 0 unless {q.on(pg)} ({progress}) and {q.on(pg)} ({idle})"
-    return expr, series, "Replica liveness"
 
 
 def _capacity_lost(b: AlertBuilder, op: str, t: str) -> tuple[str, str, str]:
@@ -282,7 +269,7 @@ def waiting_floor(levels: dict[str, float]) -> float:
 
 _LIVENESS = {
     "ServingCapacityLost": _capacity_lost,
-    "EngineHung": _hung, "FleetNoProgress": _no_progress, "MetricsFrozen": _frozen}
+    "EngineHung": _hung, "FleetNoProgress": _no_progress}
 
 
 class AlertBuilder:

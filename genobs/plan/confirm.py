@@ -174,12 +174,14 @@ def confirm_queries(ctx: Context, rec: Recorder, alert: str) -> tuple[Query, ...
             ("scrape health per instance (0 = down)", ctx.up()),
             ("engine series per instance (none: the instance exports no engine metrics)", f"count {q.by(ctx.target)} ({engine})"),
         )
-    if alert in ("EngineHung", "FleetNoProgress", "MetricsFrozen"):
-        out: list[Query] = []
-        if alert == "MetricsFrozen" and "process_http_ok" in r.names:
-            out.append(("completions answered with 2xx per second per instance", r.ref("process_http_ok")))
+    if alert in ("EngineHung", "FleetNoProgress"):
         where = _where(ctx, liveness.liveness_labels(ctx))
-        out.append((f"requests running or waiting {where}", r.ref("engine_active")))
-        out.append((f"{liveness.progress_words(ctx)} per second {where}", r.ref("engine_progress")))
+        out: list[Query] = [
+            (f"requests running or waiting {where}", r.ref("engine_active")),
+            (f"{liveness.progress_words(ctx)} per second {where}", r.ref("engine_progress")),
+        ]
+        if "replica_unfinished" in r.names:
+            where = _where(ctx, liveness.replica_labels(ctx))
+            out.append((f"requests answered by the API server that no engine finished, per second {where}", r.ref("replica_unfinished")))
         return tuple(out)
     return ()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.recorder import Recorder
+from genobs.units import prom_duration_seconds
 
 
 def replica_labels(ctx: Context) -> tuple[str, ...]:
@@ -188,9 +189,31 @@ def hung_engines(r: Recorder) -> str:
     return f"{r.ref('engine_active')} > 0 and {q.on(liveness_labels(r.ctx))} {r.ref('engine_progress')} == 0"
 
 
+def stalled_replicas(r: Recorder) -> str | None:
+    """Replicas whose API server answered requests (2xx on a completion handler) that their engines
+    never finished, while those engines made no progress at all over the rate window: an engine
+    core that stopped at an instant it held nothing. vLLM's running and waiting gauges come from
+    the engine core's outputs, so they freeze at 0 and the held-requests test cannot see it; the
+    API server still counts each request a client gives up on when it ends. The value is those
+    requests over the rate window. None where the engine has no HTTP answers of its own."""
+    if "replica_unfinished" not in r.names:
+        return None
+    rl = replica_labels(r.ctx)
+    progress = f"sum {q.by(rl)} ({r.ref('engine_progress')}) == 0"
+    return f"{r.ref('replica_unfinished')} * {window_seconds(r.ctx):g} > 0 and {q.on(rl)} ({progress})"
+
+
+def window_seconds(ctx: Context) -> float:
+    return prom_duration_seconds(ctx.window)
+
+
 def hung_replicas(r: Recorder) -> str:
-    """Replicas with at least one hung engine; the value is the requests their hung engines hold."""
-    return q.sum_by(replica_labels(r.ctx), hung_engines(r))
+    """Replicas with at least one hung engine, the value being the requests their hung engines hold;
+    or whose engines stopped while idle (stalled_replicas), the value being the requests clients
+    gave up on over the rate window."""
+    held = q.sum_by(replica_labels(r.ctx), hung_engines(r))
+    stalled = stalled_replicas(r)
+    return held if stalled is None else f"{held} or {stalled}"
 
 
 def held(ctx: Context, key: str) -> str:
@@ -205,7 +228,8 @@ def held(ctx: Context, key: str) -> str:
 
 def record_liveness(r: Recorder) -> None:
     """Per engine (or scheduler, liveness_labels): requests it holds and the progress it makes;
-    per model: the share of engines that hold requests but make no progress (hung)."""
+    per replica: requests its API server answered that its engines never finished; per model: the
+    share of engines that are hung (holding requests, or on a stalled replica)."""
     ctx = r.ctx
     el = liveness_labels(ctx)
     active = f"{held(ctx, 'requests_running')} + {held(ctx, 'requests_waiting')}"
@@ -221,15 +245,9 @@ def record_liveness(r: Recorder) -> None:
         # every pool finishes requests (prefill legs as `length`): an engine's liveness reads all
         # (the zero comes from the engine's recorded active requests, not a second raw token read)
         done = ctx.raw("request_success" if ctx.has("request_success") else "requests_finished", all_roles=True)
-        progress = f"{tokens} + ({q.sum_by(el, q.rate(done, ctx.window))} or {r.ref('engine_active')} * 0)"
+        r.add("engine_finished", "engine_requests_finished", "rate", q.sum_by(el, q.rate(done, ctx.window)))
+        progress = f"{tokens} + ({r.ref('engine_finished')} or {r.ref('engine_active')} * 0)"
     r.add("engine_progress", "engine_progress", "rate", progress)
-    engines = f"count {q.by(ctx.group)} ({r.ref('engine_active')})"
-    r.add(
-        "engines_hung_ratio",
-        "engines_hung",
-        "ratio",
-        f"(count {q.by(ctx.group)} ({hung_engines(r)}) or {engines} * 0) / {engines}",
-    )
     if ctx.has("http_requests"):
         r.add(
             "process_http_ok",
@@ -237,6 +255,31 @@ def record_liveness(r: Recorder) -> None:
             "rate",
             q.sum_by(ctx.process_group, q.rate(_http(ctx, "2xx"), ctx.window)),
         )
+        if "engine_finished" in r.names:
+            record_unfinished(r)
+    engines = f"count {q.by(ctx.group)} ({r.ref('engine_active')})"
+    hung = hung_engines(r)
+    stalled = stalled_replicas(r)
+    if stalled is not None:  # every engine of a stalled replica counts as hung
+        hung = f"{hung} or ({r.ref('engine_active')} and {q.on(replica_labels(ctx))} ({stalled}))"
+    r.add("engines_hung_ratio", "engines_hung", "ratio", f"(count {q.by(ctx.group)} ({hung}) or {engines} * 0) / {engines}")
+
+
+def record_unfinished(r: Recorder) -> None:
+    """Requests the API server answered (2xx on a completion handler) that the engine never
+    finished, per replica and per model: clients that gave up before the answer was complete.
+    vLLM's V1 front end drops such a request without counting a finish (no `abort`): the API
+    server counts it when it ends, with the status of the headers it had sent. Where the engine
+    counts client aborts as finishes, the difference is 0. Per replica and never below 0: an
+    HTTP request that fans out into several engine requests (n > 1) must not hide another
+    replica's disconnects."""
+    ctx = r.ctx
+    rl = replica_labels(ctx)
+    models = f"group {q.by(rl)} ({ctx.raw('requests_running')})"
+    answered = f"{models} * {q.on(ctx.process_group)} group_left () {r.ref('process_http_ok')}"
+    finished = q.sum_by(rl, r.ref("engine_finished"))
+    per_replica = f"clamp_min({answered} - {q.on(rl)} {finished}, 0) or {answered}"
+    r.add("replica_unfinished", "replica_requests_unfinished", "rate", per_replica)
 
 
 def target_labels(ctx: Context) -> tuple[str, ...]:

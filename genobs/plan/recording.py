@@ -60,10 +60,30 @@ def _requests(r: Recorder) -> None:
     liveness.record_failures(r)
     # numerator and denominator from one read of the rate by reason: a share between 0 and 1
     all_reasons = q.sum_by(g, r.ref("finish_by_reason"))
-    # the engine's own name of a client's give-up (TensorRT-LLM: cancelled), recorded as abort
-    for name, reason, key in (("length", "length", "length_ratio"), ("abort", ctx.catalog.abort_reason, "abort_ratio")):
+    # the engine's own name of a client's give-up (TensorRT-LLM: cancelled), recorded as abort;
+    # where the API server counts its answers, after the liveness rules (_aborts)
+    shares = [("length", "length", "length_ratio")]
+    if not ctx.has("http_requests"):
+        shares.append(("abort", ctx.catalog.abort_reason, "abort_ratio"))
+    for name, reason, key in shares:
         num = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", reason),)))
         r.add(key, f"request_{name}_finish", "ratio", q.ratio(f"{num} or ({all_reasons} * 0)", all_reasons))
+
+
+def _aborts(r: Recorder) -> None:
+    """Share of requests clients gave up on: abort finishes plus the requests the API server
+    answered that no engine finished (liveness.record_unfinished: vLLM's V1 front end counts no
+    finish for a client that disconnects), over finished plus unfinished requests."""
+    ctx = r.ctx
+    if "replica_unfinished" not in r.names or "finish_by_reason" not in r.names:
+        return
+    g = ctx.group
+    r.add("unfinished", "requests_unfinished", "rate", f"{q.sum_by(g, r.ref('replica_unfinished'))} or {r.ref('finished')} * 0")
+    all_reasons = q.sum_by(g, r.ref("finish_by_reason"))
+    aborted = q.sum_by(g, r.ref("finish_by_reason", (("finished_reason", "=", ctx.catalog.abort_reason),)))
+    unfinished = r.ref("unfinished")
+    num = f"({aborted} or {all_reasons} * 0) + {q.on(g)} {unfinished}"
+    r.add("abort_ratio", "request_abort_finish", "ratio", q.ratio(num, f"{all_reasons} + {q.on(g)} {unfinished}"))
 
 
 def _latencies(r: Recorder) -> None:
@@ -349,6 +369,7 @@ def build_recording(ctx: Context) -> Recorder:
     _decomposition(r)
     _engine(r)
     liveness.record_liveness(r)
+    _aborts(r)
     drilldown.record(r)  # it reads the recorder's liveness names
     _features(r)
     _process(r)

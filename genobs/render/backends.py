@@ -7,7 +7,8 @@ as prometheus/, with the group options each project documents.
   load`/`sync` read it; `source_tenants` on every group when the spec names tenants (a
   federated rule group: Mimir's ruler with -ruler.tenant-federation.enabled).
 - victoriametrics: vmalert groups with `type: prometheus`, so a vmalert whose default rule
-  type is not PromQL (-rule.defaultRuleType) still reads them as PromQL/MetricsQL.
+  type is not PromQL (-rule.defaultRuleType) still reads them as PromQL/MetricsQL; without
+  `keep_firing_for`, which vmalert before v1.90 refuses.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ def _with(group: dict, **options: object) -> dict:
 
 def _has_alerts(group: RuleGroup) -> bool:
     return any(isinstance(r, AlertRule) for r in group.rules)
+
+
+def _without_keep_firing(group: dict) -> dict:
+    """vmalert before v1.90 (Debian 12 ships 1.79) refuses a rule with keep_firing_for: its pages
+    resolve as soon as their condition ends (docs/backends.md)."""
+    rules = [{k: v for k, v in r.items() if k != "keep_firing_for"} for r in group["rules"]]
+    return {**group, "rules": rules}
 
 
 def backend_files(plan: Plan, groups: tuple[RuleGroup, ...], output) -> dict[str, dict]:
@@ -51,7 +59,7 @@ def backend_files(plan: Plan, groups: tuple[RuleGroup, ...], output) -> dict[str
                 alerting = _has_alerts(by_name[group["name"]])
                 out.append(_with(group, partial_response_strategy=output.partial_response_strategy) if alerting else group)
             else:
-                out.append(_with(group, type="prometheus"))
+                out.append(_with(_without_keep_firing(group), type="prometheus"))
         files[f"{folder}/{name}"] = {"groups": out}
     return files
 

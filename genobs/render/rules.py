@@ -15,6 +15,8 @@ def _rule(rule: RecordingRule | AlertRule) -> dict:
     out = {"alert": rule.name, "expr": rule.expr}
     if rule.for_:
         out["for"] = rule.for_
+    if rule.keep_firing_for:
+        out["keep_firing_for"] = rule.keep_firing_for
     return out | {"labels": dict(rule.labels), "annotations": rule.annotations()}
 
 

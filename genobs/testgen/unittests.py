@@ -118,12 +118,13 @@ class _Planner:
         if not fleet.engine_up and probe.engine:
             return False
         stalled = not (fleet.progressing and fleet.counting)
-        if stalled and probe.engine and not probe.liveness:
+        answers = self.ctx.has("http_requests")  # the API server counts requests the engine never finished
+        if stalled and probe.engine and not probe.liveness and not (probe.on_stall and answers):
             return False  # no engine counter moves: rates, ratios and quantiles have no value
-        if probe.liveness == "hung" and not (fleet.counting and not fleet.progressing):
-            return False  # gauges must still show the requests the replica holds
-        if probe.liveness == "frozen" and fleet.counting:
+        if probe.liveness == "hung" and not stalled:
             return False
+        if probe.liveness == "hung" and not fleet.counting and not answers:
+            return False  # held requests read 0 and nothing else shows the stall
         if probe.slo is not None:
             return slo_fires(self.env, self.env.slos[probe.slo], rule, fleet, at)
         if not probe.thresholded:

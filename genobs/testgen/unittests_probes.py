@@ -110,7 +110,8 @@ class Probe:
     slo: str | None = None  # an SLO's burn-rate alert
     approximate: bool = False  # value() may differ from Prometheus' in the last digits
     engine: bool = True  # the alert reads engine series (False: process or scrape series only)
-    liveness: str = ""  # hung | frozen: the alert is about engine counters that stopped; others cannot fire then
+    liveness: str = ""  # hung: the alert is about engine counters that stopped; others cannot fire then
+    on_stall: bool = False  # has a value on a stalled fleet where the API server counts its answers
     tag: str | None = None  # the `slo` label of other per-SLO alerts
     compared: Callable[[Env, Fleet, int], float] | None = None  # what the threshold applies to, if not value
     alone: bool = False  # the fault adds replicas: its test group holds no other fault
@@ -166,11 +167,24 @@ def _finish_share(reason: str) -> Probe:
             return env.finish_rate(fleet, ("abort",), at) / env.finish_rate(fleet, env.all_reasons(), at)
         return env.finish_rate(fleet, (own(env),), at) / env.finish_rate(fleet, env.all_reasons(), at)
 
+    def with_unfinished(env: Env, fleet: Fleet, at: int) -> float:
+        """Aborts plus the requests the API server answered that no engine finished (all of them on a
+        stalled fleet), over finished plus unfinished requests: the recorded abort ratio of vLLM."""
+        ctx = env.ctx
+        if reason != "abort" or not (ctx.has("http_requests") and ctx.has("request_success")):
+            return value(env, fleet, at)
+        stalled = not (fleet.progressing and fleet.counting)
+        finished = 0.0 if stalled else env.finish_rate(fleet, env.all_reasons(), at)
+        aborted = 0.0 if stalled else env.finish_rate(fleet, (own(env),), at)
+        unfinished = max(http_rate(env, REQUESTS, at) - finished, 0.0)
+        return (aborted + unfinished) / (finished + unfinished)
+
     return Probe(
         "group",
-        value,
+        with_unfinished,
         lambda env, fleet, k: fleet.with_share(own(env) if env.ctx.has("request_success") else reason, k),  # type: ignore[arg-type]
         lambda env, _: range(1, REQUESTS + 1),
+        on_stall=reason == "abort",
     )
 
 
@@ -352,17 +366,18 @@ _ABSENT = Probe(
     needs=("up",),
     engine=False,
 )
-_FROZEN = Probe(
-    "process",
-    lambda env, fleet, at: http_rate(env, REQUESTS, at),  # $value: completions/s the API server answers
-    lambda env, fleet, _: _with(fleet, counting=False),
-    lambda e, t: [None],
-    False,
-    liveness="frozen",
-)
+def _held_or_abandoned(env: Env, fleet: Fleet, at: int) -> float:
+    """EngineHung's $value: the requests a hung replica holds, or, on a replica whose engine
+    counts nothing (held 0) while its API server answers, the requests answered over the rate
+    window that no engine finished."""
+    if fleet.counting:
+        return float(fleet.running + fleet.waiting)
+    return http_rate(env, REQUESTS, at) * env.window * 60
+
+
 _HUNG = Probe(
     "replica",
-    lambda env, fleet, at: float(fleet.running + fleet.waiting),  # $value: requests the replica holds
+    _held_or_abandoned,
     lambda env, fleet, _: _with(fleet, progressing=False),
     lambda e, t: [None],
     False,
@@ -453,7 +468,6 @@ PROBES: dict[str, Probe] = {  # by alert key (signals.yaml)
     "TargetDown": _TARGET_DOWN,
     "ServingCapacityLost": _CAPACITY_LOST,
     "MetricsAbsent": _ABSENT,
-    "MetricsFrozen": _FROZEN,
     "EngineHung": _HUNG,
     "FleetNoProgress": _NO_PROGRESS,
     "ReplicaTtftOutlier": _TTFT_OUTLIER,

