@@ -69,8 +69,23 @@ class MetricDef:
     # labels the engine writes on it with one value on a one-GPU server (SGLang's tp_rank, is_streaming):
     # every query sums them away; the simulator writes them
     wire_labels: tuple[tuple[str, str], ...] = ()
+    # a token-count histogram whose bounds are the engine's 1-2-5 series up to its max model length
+    # (vLLM's build_1_2_5_buckets(max_model_len)); `buckets` hold them for a 128K-context model
+    buckets_to_max_model_len: bool = False
+    # an info gauge's labels per release: (label, the value the simulator writes, since, until)
+    info_labels: tuple[tuple[str, str, Version, Version | None], ...] = ()
     # version -> wire name: a build asks tens of thousands of times for a few dozen names
     _names: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """The endings of its sample names: a histogram's and a summary's series, a counter's or
+        gauge's own name."""
+        return {"histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}.get(self.type, ("",))
+
+    def info_labels_for(self, v: Version) -> dict[str, str]:
+        """The labels (and simulated values) of an info gauge in release `v`."""
+        return {name: value for name, value, since, until in self.info_labels if _within(v, since, until)}
 
     def wire_label(self, label: str) -> str:
         return dict(self.label_aliases).get(label, label)
@@ -161,6 +176,8 @@ class Catalog:
     completion_handlers: tuple[str, ...] = ()  # HTTP handlers of the generation endpoints
     # from this release the failed-transfer counter also counts failed notifications
     nixl_failures_include_notifications_since: Version = (0, 33, 0)
+    # from this release a client's disconnect is no finished request (no finished_reason="abort")
+    client_disconnects_not_aborts_since: Version = (10**6, 0, 0)
     display_name: str = "vLLM"
     alert_prefix: str = ""  # engine profiles: the prefix of pod-level alert names (Vllm, Sglang)
     # a key's first word -> the engine's (Nixl -> Kv where the transfer is not NIXL's; naming.alert)
@@ -251,10 +268,7 @@ class Catalog:
             n = m.name_for(v)
             if n is None:
                 continue
-            if m.type == "histogram":
-                out.update({f"{n}_bucket", f"{n}_sum", f"{n}_count"})
-            else:
-                out.add(n)
+            out.update(n + suffix for suffix in m.suffixes)
         return out
 
 
@@ -314,6 +328,11 @@ def _build(raw: dict) -> Catalog:
             observed_on=m.get("observed_on"),
             written_by=tuple(str(r) for r in m["written_by"]) if "written_by" in m else None,
             wire_labels=tuple((str(k), str(v)) for k, v in (m.get("wire_labels") or {}).items()),
+            buckets_to_max_model_len=bool(m.get("buckets_to_max_model_len", False)),
+            info_labels=tuple(
+                (str(i["name"]), str(i["value"]), parse_version(i["since"]), _opt_version(i.get("until")))
+                for i in m.get("info_labels", [])
+            ),
         )
         scaled = {**TIME_UNITS, **SIZE_UNITS}.keys() - {"seconds", "bytes"}
         if m["unit"] in scaled and m["type"] not in ("histogram", "counter"):
@@ -336,6 +355,7 @@ def _build(raw: dict) -> Catalog:
         nixl_failures_include_notifications_since=(
             _opt_version(raw.get("nixl_failures_include_notifications_since")) or (0, 0, 0)
         ),
+        client_disconnects_not_aborts_since=_opt_version(raw.get("client_disconnects_not_aborts_since")) or never,
         display_name=raw.get("display_name", raw["engine"]),
         alert_prefix=str(raw.get("alert_prefix", "")),
         alert_renames=tuple((str(k), str(v)) for k, v in (raw.get("alert_renames") or {}).items()),

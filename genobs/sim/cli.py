@@ -13,7 +13,7 @@ import click
 from genobs.catalog import ENGINES, GATEWAYS, load_catalog
 
 from .scenarios import DESCRIPTIONS, SCENARIOS, parse_model_spec
-from .simulator import DEFAULT_VERSION, ROLES, Simulator
+from .simulator import DEFAULT_CLIENT_TIMEOUT, DEFAULT_VERSION, ROLES, Simulator
 
 
 def _models(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -31,6 +31,7 @@ def _models(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
 
 MAX_REQUEST_RATE = 1000.0  # requests/s per model the simulator can play in real time on one core
 MAX_DATA_PARALLEL = 64  # engine ranks per model; each multiplies the exposition
+MAX_MODEL_LEN = 100_000_000  # tokens; the 1-2-5 bounds up to it stay a few dozen
 
 
 def _bounded(low: float, high: float, what: str):
@@ -116,6 +117,23 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
     help="Expose the KV-transfer (disaggregated prefill) metrics: vLLM's NIXL ones, SGLang's with --role.",
 )
 @click.option(
+    "--max-model-len",
+    type=int,
+    callback=_bounded(1, MAX_MODEL_LEN, "a number of tokens"),
+    default=None,
+    show_default="the profile's bounds, up to 100000 (a 128K context)",
+    help="The engine's --max-model-len: token-count histograms (prompt, generation, max_tokens, ...) get "
+    "vLLM's 1-2-5 bounds up to it (512: ..., 200, 500).",
+)
+@click.option(
+    "--client-timeout",
+    type=float,
+    callback=_bounded(0.1, 1e6, "a number of seconds"),
+    default=DEFAULT_CLIENT_TIMEOUT,
+    show_default=True,
+    help="Seconds a client waits before it gives up on a request the engine does not serve (idle_hang).",
+)
+@click.option(
     "--role",
     type=click.Choice(ROLES),
     default=None,
@@ -142,6 +160,8 @@ def simulate(
     data_parallel_size: int | None,
     spec_decode: bool,
     nixl: bool,
+    max_model_len: int | None,
+    client_timeout: float,
     role: str | None,
 ) -> None:
     """Serve a simulated engine /metrics endpoint (one scenario per model); with --role, one
@@ -155,6 +175,10 @@ def simulate(
             f"{name} writes no prefill/decode role of its own; only SGLang's servers do (engine_type). "
             "Run one simulator per pool and give each its role as a target label (service.roles).",
             param_hint="'--role'",
+        )
+    if max_model_len is not None and engine in GATEWAYS:
+        raise click.BadParameter(
+            f"{engine} is a gateway: it writes no token-count histogram of an engine", param_hint="'--max-model-len'"
         )
     try:
         if engine == "dynamo":
@@ -179,6 +203,8 @@ def simulate(
                 data_parallel_size=data_parallel_size,
                 engine=engine,
                 role=role,
+                max_model_len=max_model_len,
+                client_timeout=client_timeout,
             )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -13,6 +13,7 @@ from prometheus_client.utils import floatToGoString
 
 from genobs.catalog import Catalog, MetricDef, Version, load_catalog
 
+from .api_families import ApiFamilies
 from .traffic import GC_GENERATIONS, SPEC_TOKENS, Fleet, SeriesState
 
 #: Catalog keys of the optional families (registered by vLLM only with the matching config).
@@ -66,29 +67,6 @@ def plan_families(
 
 
 NOT_SIMULATED: frozenset[str] = frozenset()
-# gauges with one extra label; the fleet keeps each child under "<key>:<label value>"
-LABELLED_GAUGES = frozenset({"requests_waiting_by_reason"})
-# The API server answers every generation request it hands to the engine; a streamed answer
-# is 2xx even when the engine later finishes it with an error.
-HTTP_ANSWER = {"handler": "/v1/chat/completions", "method": "POST", "status": "2xx"}
-
-
-# vllm:cache_config_info's labels in a real vLLM 0.33 exposition (the label set changes between releases)
-CACHE_CONFIG = {
-    "_block_size_resolved": "True", "block_size": "16", "cache_dtype": "auto", "cache_hit_alignment_tokens": "None",
-    "effective_attention_block_size": "None", "enable_mamba_shared_prefix_checkpoint": "False",
-    "enable_prefix_caching": "True", "gpu_memory_utilization": "0.92", "hash_block_size": "None",
-    "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]", "kv_cache_layout": "None",
-    "kv_cache_max_concurrency": "None", "kv_cache_memory_bytes": "None", "kv_cache_size_tokens": "None",
-    "kv_offloading_backend": "native", "kv_offloading_size": "None", "kv_sharing_fast_prefill": "False",
-    "mamba_block_size": "None", "mamba_cache_dtype": "auto", "mamba_cache_mode": "none",
-    "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "float32", "num_cpu_blocks": "None",
-    "num_gpu_blocks": "None", "num_gpu_blocks_override": "None", "prefix_cache_retention_interval": "0",
-    "prefix_caching_hash_algo": "sha256", "prefix_match_unit": "None", "replayssm_buffer_len": "16",
-    "simple_cpu_offload_num_blocks": "None", "skip_page_size_padded": "None", "sliding_window": "None",
-    "swa_bounded_replay": "True", "use_kda_recoverssm": "False", "use_replayssm": "False",
-    "user_specified_block_size": "False",
-}
 
 
 class FleetCollector:
@@ -105,6 +83,7 @@ class FleetCollector:
         created_at: float | None = None,
         catalog: Catalog | None = None,
         static: dict[str, str] | None = None,
+        bounds: dict[str, tuple[float, ...]] | None = None,
     ):
         self.catalog = catalog or load_catalog()
         self.fleet = fleet
@@ -117,6 +96,9 @@ class FleetCollector:
         # labels every engine series carries with one value (SGLang: engine_type, the server's role)
         self.static = dict(self.catalog.static_labels) if static is None else dict(static)
         self.created_at = time.time() if created_at is None else created_at
+        # histogram key -> bounds where they are not the profile's (vLLM's --max-model-len)
+        self.bounds = dict(bounds or {})
+        self.api = ApiFamilies(fleet.process, created_at=self.created_at, created=self.created)
         self.reasons = fleet.reasons
         # several engines or schedulers per model (data-parallel ranks), each a series of the fleet
         self.ranked = any(r is not None for r in fleet.ranks)
@@ -179,21 +161,22 @@ class FleetCollector:
         return ["model_name", *self._rank_names(m), *self._fixed(m), *extra]
 
     def _info_family(self, f: Family) -> Metric:
-        """vllm:cache_config_info: value 1, the CacheConfig fields as labels (as vLLM 0.33 logs them at start;
-        num_gpu_blocks reads "None" there too), one series per engine, no model_name."""
-        names = (["engine"] if self.engine_label else []) + sorted(CACHE_CONFIG)
+        """vllm:cache_config_info: value 1, the release's CacheConfig fields as labels (the profile's
+        info_labels), one series per engine, no model_name."""
+        config = f.metric.info_labels_for(self.version)
+        names = (["engine"] if self.engine_label else []) + sorted(config)
         fam = GaugeMetricFamily(f.wire, f.metric.help, labels=names)
         ranks = sorted({s.rank for s in self.fleet.series if s.rank is not None}) if self.engine_label else [None]
         for rank in ranks:
-            fam.add_metric(([rank] if rank is not None else []) + [CACHE_CONFIG[k] for k in sorted(CACHE_CONFIG)], 1.0)
+            fam.add_metric(([rank] if rank is not None else []) + [config[k] for k in sorted(config)], 1.0)
         return fam
 
     def _family(self, f: Family) -> Metric:
         m = f.metric
+        if m.process:
+            return self.api.family(f.wire, m)
         if m.unit == "info":
             return self._info_family(f)
-        if f.key == "http_requests":
-            return self._http_family(f)
         if f.key == "scheduler_tokens":
             return self._scheduler_tokens(f)
         if m.labels == ("mode",):
@@ -218,11 +201,9 @@ class FleetCollector:
         if len(m.labels) > 1:
             raise ValueError(f"simulator supports at most one extra label, {f.key} has {m.labels}")
         extra = m.labels[0] if m.labels else None
-        if m.process:
-            return self._process_family(f, extra)
         names = self._label_names(m, *m.labels)
-        if extra and m.type != "counter" and f.key not in LABELLED_GAUGES:
-            raise ValueError(f"simulator supports extra labels on counters only, not on {f.key}")
+        if extra and m.type == "histogram":
+            raise ValueError(f"simulator supports extra labels on counters and gauges only, not on {f.key}")
         extra_values = self._extra_values(extra, m) if extra else ("",)
         if m.type == "counter":
             fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
@@ -236,15 +217,14 @@ class FleetCollector:
             fam = GaugeMetricFamily(f.wire, m.help, labels=names)
             for labels, group in self._groups(m):
                 for v in extra_values:
-                    key = f"{f.key}:{v}" if extra else f.key
-                    fam.add_metric(labels + ([v] if extra else []), sum(s.gauges.get(key, 0.0) for s in group))
+                    fam.add_metric(labels + ([v] if extra else []), sum(s.gauge(f.key, v) for s in group))
             return fam
         if m.type == "histogram":
             fam = HistogramMetricFamily(f.wire, m.help, labels=names)
             for labels, group in self._groups(m):
                 hists = [s.hists[f.key] for s in group if f.key in s.hists]
                 if not hists:  # a key the traffic model does not feed: an empty histogram
-                    buckets = [(b, 0.0) for b in (*m.buckets_for(self.version), math.inf)]
+                    buckets = [(b, 0.0) for b in (*self.bounds.get(f.key, m.buckets_for(self.version)), math.inf)]
                     total = 0.0
                 else:  # the ranks' observations merged, bucket by bucket
                     counts = zip(*(h.cumulative() for h in hists))
@@ -302,36 +282,3 @@ class FleetCollector:
             elif role == decode:
                 modes = {"decode": modes["decode"]}
         return self._labelled(f, "mode", modes)
-
-    def _http_family(self, f: Family) -> Metric:
-        """http_requests_total: the answers the API server gave, one per request the engine finished,
-        plus the 5xx answers of requests that never reached it (the http_5xx scenario)."""
-        fam = CounterMetricFamily(f.wire.removesuffix("_total"), f.metric.help, labels=list(HTTP_ANSWER))
-        answered = sum(s.counter("request_success", r) for s in self.fleet.series for r in self.reasons)
-        fam.add_metric(list(HTTP_ANSWER.values()), answered)
-        if self.fleet.process.http_5xx_rate:
-            fam.add_metric([*list(HTTP_ANSWER.values())[:-1], "5xx"], self.fleet.process.http_errors)
-        return fam
-
-    def _process_family(self, f: Family, extra: str | None) -> Metric:
-        m, proc = f.metric, self.fleet.process
-        names = [extra] if extra else []
-        if m.type == "gauge" and f.key == "process_rss":
-            fam = GaugeMetricFamily(f.wire, m.help, labels=names)
-            fam.add_metric([], proc.rss)
-            return fam
-        if m.type == "gauge" and f.key == "process_start_time":
-            fam = GaugeMetricFamily(f.wire, m.help, labels=names)
-            fam.add_metric([], self.created_at)
-            return fam
-        if m.type == "counter" and extra == "generation":
-            fam = CounterMetricFamily(f.wire.removesuffix("_total"), m.help, labels=names)
-            for i, gen in enumerate(GC_GENERATIONS):
-                fam.add_metric([gen], proc.gc[i])
-            return fam
-        if m.type in ("gauge", "counter") and not extra:
-            cls = GaugeMetricFamily if m.type == "gauge" else CounterMetricFamily
-            fam = cls(f.wire.removesuffix("_total") if m.type == "counter" else f.wire, m.help, labels=[])
-            fam.add_metric([], 0.0)
-            return fam
-        raise ValueError(f"simulator cannot expose process metric {f.key} ({m.type}, labels {m.labels})")

@@ -20,6 +20,7 @@ SCENARIOS: tuple[str, ...] = (
     "rss_leak",
     "flat_zero_metrics",
     "rank_hang",
+    "idle_hang",
     "exporter_down",
     "http_5xx",
 )
@@ -30,7 +31,9 @@ DESCRIPTIONS: dict[str, str] = {
     "itl_degradation": "ITL/TPOT 0.3-0.5 s per token (< 5 tok/s per user), E2E grows with it",
     "queue_buildup": "waiting grows ~3/s at constant running; queue time (and so TTFT) >= 8 s",
     "length_surge": "~30% of requests finish with finished_reason=length",
-    "abort_surge": "~20% of requests finish with finished_reason=abort",
+    "abort_surge": "~20% of the clients give up mid-request: on vLLM (which counts no client disconnect as a "
+    "finished request) a 2xx answer, the tokens generated so far, no finish and no abort; on engines "
+    "that count them (SGLang, TensorRT-LLM), finished_reason=abort (their own abort count)",
     "success_drop": "stop falls to ~85%; the rest split over error/abort/length (as the version has)",
     "kv_saturation": "KV-cache usage ~0.99, waiting grows ~1/s, some preemptions",
     "preemption_storm": "preemptions ~2/s",
@@ -40,6 +43,9 @@ DESCRIPTIONS: dict[str, str] = {
     "flat_zero_metrics": "every counter/histogram of the model frozen while gauges still show running > 0",
     "rank_hang": "one data-parallel rank of the model (the last: vLLM engine, SGLang dp_rank) hangs: its "
     "counters and histograms freeze while it holds its requests, the other ranks serve on (one rank: the model)",
+    "idle_hang": "every engine of the server stops at an instant it holds no request (per exporter): running, "
+    "waiting and KV usage stay 0, engine counters and histograms stop; the API server counts each "
+    "request whose client gives up (after --client-timeout) as 2xx, at the arrival rate",
     "exporter_down": "the whole HTTP exporter stops answering (run it in its own simulator process)",
     "http_5xx": "the API server answers ~10% of generation requests with 5xx before they reach the engine "
     "(http_requests_total{status=\"5xx\"}; per exporter, like the process series)",
@@ -50,13 +56,15 @@ DESCRIPTIONS: dict[str, str] = {
 RANK_SCENARIOS = {"rank_hang": "flat_zero_metrics"}
 
 #: Scenarios that act on the exporter process rather than on the model's engine series.
-PROCESS_SCENARIOS = frozenset({"rss_leak", "exporter_down", "http_5xx"})
+PROCESS_SCENARIOS = frozenset({"rss_leak", "exporter_down", "http_5xx", "idle_hang"})
 
 #: Scenarios that are invisible unless the matching optional metric family is on.
 NEEDS_SPEC_DECODE = frozenset({"spec_acceptance_collapse"})
 NEEDS_NIXL = frozenset({"nixl_slowdown"})
 
 MIB = 1024 * 1024
+#: the end of a request whose client left: no finish reason, the engine records no finished request
+DISCONNECT = "disconnect"
 
 
 @dataclass(frozen=True)
@@ -81,10 +89,13 @@ class Profile:
     nixl_time_s: tuple[float, float] = (0.012, 0.030)
     nixl_bytes: tuple[float, float] = (48 * MIB, 80 * MIB)
     nixl_failures_per_s: float = 0.0
-    frozen: bool = False
+    frozen: bool = False  # nothing counted (gauges still move unless `idle`)
+    idle: bool = False  # the gauges read an engine that holds no request
 
 
 HEALTHY = Profile()
+#: idle_hang: the engine core stopped with nothing running or waiting
+IDLE_HANG = Profile(frozen=True, idle=True)
 
 
 def _split_rest(stop: float, candidates: tuple[str, ...], available: tuple[str, ...]) -> tuple:
@@ -93,8 +104,11 @@ def _split_rest(stop: float, candidates: tuple[str, ...], available: tuple[str, 
     return (("stop", stop),) + tuple((r, share) for r in rest)
 
 
-def profile_for(scenario: str, fault_age: float, request_rate: float, reasons: tuple[str, ...]) -> Profile:
-    """The profile of `scenario` `fault_age` seconds after the fault started (negative: not yet)."""
+def profile_for(
+    scenario: str, fault_age: float, request_rate: float, reasons: tuple[str, ...], *, disconnects: bool = False
+) -> Profile:
+    """The profile of `scenario` `fault_age` seconds after the fault started (negative: not yet).
+    `disconnects`: the engine does not count a client's give-up as a finished request (vLLM)."""
     if scenario not in DESCRIPTIONS:
         raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     if fault_age < 0 or scenario in PROCESS_SCENARIOS or scenario == "healthy":
@@ -114,7 +128,7 @@ def profile_for(scenario: str, fault_age: float, request_rate: float, reasons: t
     if scenario == "length_surge":
         return replace(p, reasons=(("stop", 0.699), ("length", 0.30), ("abort", 0.001)))
     if scenario == "abort_surge":
-        return replace(p, reasons=(("stop", 0.799), ("length", 0.001), ("abort", 0.20)))
+        return replace(p, reasons=(("stop", 0.799), ("length", 0.001), (DISCONNECT if disconnects else "abort", 0.20)))
     if scenario == "success_drop":
         return replace(p, reasons=_split_rest(0.85, ("error", "abort", "length"), reasons))
     if scenario == "kv_saturation":

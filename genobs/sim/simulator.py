@@ -22,6 +22,19 @@ DEFAULT_MODELS = {"demo-model": "healthy"}
 ROLES = ("prefill", "decode")
 #: exporter_down: seconds of normal service after --fault-after before the server closes.
 EXPORTER_DOWN_DELAY = 2.0
+#: seconds a client waits for an answer before it gives up (idle_hang)
+DEFAULT_CLIENT_TIMEOUT = 60.0
+
+
+def one_two_five(limit: int) -> tuple[float, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to `limit` (vLLM's build_1_2_5_buckets)."""
+    out, scale = [], 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > limit:
+                return tuple(out)
+            out.append(float(mantissa * scale))
+        scale *= 10
 
 
 class Simulator:
@@ -35,6 +48,9 @@ class Simulator:
     a P/D pair: its role in the engine's own label, and only the families that server writes.
     `data_parallel_size` (default 2, and 1 for a P/D server, as the real P/D bodies were written):
     engine ranks per model, vLLM's `engine` label or SGLang's schedulers (`dp_rank` from 2 on).
+    `max_model_len` (None: the profile's bounds, a 128K context) caps the token-count histograms'
+    1-2-5 bounds as vLLM's --max-model-len does. `client_timeout`: seconds before a client whose
+    request the engine does not serve gives up (idle_hang).
     """
 
     def __init__(
@@ -52,6 +68,8 @@ class Simulator:
         exporter_down_delay: float = EXPORTER_DOWN_DELAY,
         engine: str = "vllm",
         role: str | None = None,
+        max_model_len: int | None = None,
+        client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
     ):
         if engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -91,6 +109,14 @@ class Simulator:
             math.isfinite(fault_after) and fault_after >= 0
         ):
             raise ValueError("data_parallel_size >= 1, request_rate >= 0 and fault_after >= 0 are required")
+        if not (math.isfinite(client_timeout) and client_timeout > 0):
+            raise ValueError("client_timeout > 0 is required")
+        model_len_keys = {k for k, m in catalog.metrics.items() if m.buckets_to_max_model_len and m.name_for(v)}
+        if max_model_len is not None and not (model_len_keys and max_model_len >= 1):
+            raise ValueError(
+                f"{catalog.display_name} {format_version(v)} writes no token-count histogram that follows a "
+                "maximum model length" if not model_len_keys else "max_model_len >= 1 is required"
+            )
         self.catalog = catalog
         self.version: Version = v
         self.seed = seed
@@ -116,11 +142,17 @@ class Simulator:
             disaggregated_prefill=disaggregated_prefill,
             role=role or UNIFIED,
         )
+        # the token-count histograms' bounds follow --max-model-len (vLLM: build_1_2_5_buckets)
+        bounds = {k: one_two_five(max_model_len) for k in model_len_keys} if max_model_len is not None else {}
         hist_buckets = {
-            f.key: f.metric.buckets_for(v)
+            f.key: bounds.get(f.key, f.metric.buckets_for(v))
             for f in self.families
             if f.metric.type == "histogram" and not f.metric.process
         }
+        http_buckets = tuple(
+            catalog.metrics[k].buckets_for(v) if k in catalog.metrics else ()
+            for k in ("http_request_duration", "http_request_duration_highr")
+        )
         self.fleet = Fleet(
             self.models,
             ranks,
@@ -131,6 +163,10 @@ class Simulator:
             seed=seed,
             request_rate=request_rate,
             fault_after=fault_after,
+            # from this release a client's give-up is no finished request: abort_surge disconnects
+            disconnects=v >= catalog.client_disconnects_not_aborts_since,
+            client_timeout=client_timeout,
+            http_buckets=(http_buckets[0], http_buckets[1]),
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
@@ -142,6 +178,7 @@ class Simulator:
                 elapsed=self.elapsed,
                 catalog=catalog,
                 static=static,
+                bounds=bounds,
             )
         )
         self.down = threading.Event()  # set once exporter_down has closed the server
