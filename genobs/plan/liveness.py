@@ -266,20 +266,29 @@ def record_liveness(r: Recorder) -> None:
 
 
 def record_unfinished(r: Recorder) -> None:
-    """Requests the API server answered (2xx on a completion handler) that the engine never
-    finished, per replica and per model: clients that gave up before the answer was complete.
-    vLLM's V1 front end drops such a request without counting a finish (no `abort`): the API
-    server counts it when it ends, with the status of the headers it had sent. Where the engine
-    counts client aborts as finishes, the difference is 0. Per replica and never below 0: an
-    HTTP request that fans out into several engine requests (n > 1) must not hide another
-    replica's disconnects."""
+    """Requests the API server answered (2xx on a completion handler) that no engine finished,
+    per scrape target, then per model on it: clients that gave up before the answer was complete.
+    vLLM's front end drops such a request without counting a finish (never `abort`): the API
+    server counts it when it ends, with the status of the headers it had sent. Per target and
+    never below 0: an HTTP request that fans out into several engine requests (n > 1) must not
+    hide another target's give-ups. A target serving several models (vLLM serves one) gives each
+    of them its whole count."""
     ctx = r.ctx
-    rl = replica_labels(ctx)
+    pg, rl = ctx.process_group, replica_labels(ctx)
+    finished = q.sum_by(pg, r.ref("engine_finished"))
+    answered = r.ref("process_http_ok")
+    # the API server creates a handler's series with its first answer, and rate() extrapolates a
+    # series that starts inside the window differently from the engine's counters (created at 0
+    # when the server starts): a target is compared only once its answer series hold as many
+    # samples over the window as its engine's gauges
+    window = ctx.window
+    young_answers = f"min {q.by(pg)} (count_over_time({_http(ctx, '2xx')}[{window}]))"
+    engine = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
+    young = f"{young_answers} < {q.on(pg)} max {q.by(pg)} (count_over_time({engine}[{window}]))"
+    difference = f"(clamp_min({answered} - {q.on(pg)} {finished}, 0) or {answered})"
+    r.add("process_unfinished", "api_server_unfinished", "rate", f"{difference} unless {q.on(pg)} ({young})")
     models = f"group {q.by(rl)} ({ctx.raw('requests_running')})"
-    answered = f"{models} * {q.on(ctx.process_group)} group_left () {r.ref('process_http_ok')}"
-    finished = q.sum_by(rl, r.ref("engine_finished"))
-    per_replica = f"clamp_min({answered} - {q.on(rl)} {finished}, 0) or {answered}"
-    r.add("replica_unfinished", "replica_requests_unfinished", "rate", per_replica)
+    r.add("replica_unfinished", "replica_requests_unfinished", "rate", f"{models} * {q.on(pg)} group_left () {r.ref('process_unfinished')}")
 
 
 def target_labels(ctx: Context) -> tuple[str, ...]:
