@@ -82,7 +82,9 @@ ACTIVE = ("pending", "firing")
 # the healthy model's windows must be full before its silence means anything: 1m rate window + evaluations
 WARMUP = 70.0
 FAULT_DEADLINE = 120.0
-DATA_DEADLINE = 60.0
+# recorded series have data within this long of the start; the API server's unfinished answers
+# need their series a whole rate window old (genobs:api_server_unfinished), 1m after the first answer
+DATA_DEADLINE = 100.0
 # enough traffic that 0.2 % non-stop finishes stay well clear of the 99.5 % success warning in a 1m window
 HEALTHY_RATE = 50.0
 
@@ -200,11 +202,19 @@ def check_rule_health(run: Run) -> None:
 def _healthy_series(run: Run, rule: Rule) -> list[dict]:
     """The rule's recorded series for the healthy model, or, for per-target rules, the healthy target."""
     labels = dict(rule.labels)
-    if rule.record not in run.target_level:
+    target_level = rule.record in run.target_level
+    if not target_level:
         labels["model_name"] = HEALTHY
     inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     result = run.prom.query(f"{rule.record}{{{inner}}}")
-    if rule.record in run.target_level and any("instance" in s["metric"] for s in result):
+    if not result and not target_level:
+        # a per-target rule that also reads engine series (the API server's unfinished answers):
+        # recorded without model_name, per instance
+        inner = ",".join(f'{k}="{v}"' for k, v in sorted(rule.labels.items()))
+        found = run.prom.query(f"{rule.record}{{{inner}}}")
+        if found and not any("model_name" in s["metric"] for s in found):
+            result, target_level = found, True
+    if target_level and any("instance" in s["metric"] for s in result):
         result = [s for s in result if s["metric"].get("instance") == run.instance("healthy")]
     return result
 
