@@ -2,10 +2,12 @@
 have done over a live Prometheus' history. The command: options, the checks on the range
 and the server (exit 2 with a clear message), then rules (backtest_rules) -> private copy
 of the raw history (backtest_pull) and recorded series (backtest_tsdb) -> alert episodes
-(backtest_alerts) -> report (backtest_report) and timeline PNG (backtest_plot)."""
+(backtest_alerts) -> report (backtest_report) and timeline PNG (backtest_plot). Everything
+it prints goes through the source's `scrub`, so no stream shows a credential."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -19,26 +21,50 @@ from genobs.commands.promopts import credential_options, url_option
 
 DEFAULT_MAX_SERIES = 20_000
 SCRAPE_GUESS = 15.0  # seconds between samples assumed when sizing a pull window
+MAX_LOOKBACK = 86400.0  # the raw pull starts this much before the rules' first evaluation
+_DURATION = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w|y))+")
+
+_scrub = [str]  # the source's scrub, once the source is known
+
+
+def _say(message: str, err: bool = False, nl: bool = True) -> None:
+    click.echo(_scrub[0](message), err=err, nl=nl)
 
 
 def _exit2(message: str) -> NoReturn:
-    click.echo(message, err=True)
+    _say(message, err=True)
     sys.exit(2)
 
 
 def _progress(message: str) -> None:
-    click.echo(f"backtest: {message}", err=True)
+    _say(f"backtest: {message}", err=True)
 
 
-def _flags(source, timeout: float) -> dict[str, str]:
-    from genobs.commands.backtest_tsdb import ask
-    from genobs.promhttp import PrometheusError, redact
+def _flags(source) -> dict[str, str]:
+    from genobs.promhttp import PrometheusError
 
-    data = ask(source, "status/flags", {}, timeout)
+    data = source.ask("status/flags", {})
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        where = redact(source.url)
-        raise PrometheusError(f"{where}/api/v1/status/flags: the answer is not a map of flags; is it a Prometheus?")
+        raise PrometheusError(f"{source}/api/v1/status/flags: the answer is not a map of flags; is it a Prometheus?")
     return data
+
+
+def _lookback(source, flags: dict[str, str]) -> float:
+    """Seconds of the source's --query.lookback-delta, which the private server must use too."""
+    from genobs.commands.backtest_report import human
+    from genobs.errors import printable
+    from genobs.units import prom_duration_seconds
+
+    text = flags.get("query.lookback-delta") or "5m"
+    if not _DURATION.fullmatch(text):
+        _exit2(f"error: {source} reports --query.lookback-delta='{printable(text[:40])}', which is not a duration")
+    seconds = prom_duration_seconds(text)
+    if seconds > MAX_LOOKBACK:
+        _exit2(
+            f"error: {source} runs with --query.lookback-delta={printable(text[:40])}; backtest replays a lookback "
+            f"of at most {human(MAX_LOOKBACK)} (the raw history is pulled from that long before --from)"
+        )
+    return seconds or 300.0  # Prometheus reads 0 as its default
 
 
 def _range(start_text: str, end_text: str) -> tuple[float, float]:
@@ -63,19 +89,15 @@ def _range(start_text: str, end_text: str) -> tuple[float, float]:
     return start, end
 
 
-def _retention(source, timeout: float) -> str:
+def _retention(source) -> str:
     """The time retention Prometheus applies ("15d"; "" when it keeps by size only)."""
-    import re
-
-    from genobs.commands.backtest_tsdb import ask
-
-    data = ask(source, "status/runtimeinfo", {}, timeout)
+    data = source.ask("status/runtimeinfo", {})
     text = data.get("storageRetention") if isinstance(data, dict) else None
     found = re.match(r"\s*((?:\d+(?:ms|s|m|h|d|w|y))+)", text) if isinstance(text, str) else None
     return found.group(1) if found else ""
 
 
-def _check_retention(url: str, text: str, start: float) -> None:
+def _check_retention(source, text: str, start: float) -> None:
     from genobs.commands.backtest_report import human as format_seconds
     from genobs.units import prom_duration_seconds
 
@@ -83,7 +105,7 @@ def _check_retention(url: str, text: str, start: float) -> None:
     if keep > 0 and start < time.time() - keep:
         oldest = time.time() - keep
         _exit2(
-            f"error: --from is {format_seconds(time.time() - start)} ago, beyond the retention of {url} "
+            f"error: --from is {format_seconds(time.time() - start)} ago, beyond the retention of {source} "
             f"({text}): nothing older than about {_when(oldest)} is kept; choose a later --from"
         )
 
@@ -94,27 +116,25 @@ def _when(ts: float) -> str:
     return when(ts)
 
 
-def _dry_run(rulesets, selectors, counts, start, end, pull_start, window) -> None:
+def _dry_run(rulesets, selectors, stats, start, end, pull_start, window) -> None:
     from genobs.commands.backtest_report import human as format_seconds
     from genobs.commands.backtest_rules import selector_text
 
-    click.echo(f"range: {_when(start)} .. {_when(end)}")
-    click.echo(f"raw history pulled: {_when(pull_start)} .. {_when(end)} (warm-up of the longest alert window)")
+    _say(f"range: {_when(start)} .. {_when(end)}")
+    _say(f"raw history pulled: {_when(pull_start)} .. {_when(end)} (warm-up of the longest alert window)")
     windows = max(1, int(-(-(end - pull_start) // window)))
-    click.echo(
-        f"{len(selectors)} selectors, {sum(counts)} series, pulled in {windows} windows of {format_seconds(window)}:"
-    )
-    for sel, n in zip(selectors, counts):
-        click.echo(f"  {n:>6}  {selector_text(sel)}")
+    _say(f"{len(selectors)} selectors, {sum(s.count for s in stats)} series, pulled in {windows} windows of {format_seconds(window)}:")
+    for sel, s in zip(selectors, stats):
+        _say(f"  {s.count:>6}  {selector_text(sel)}")
     for rs in rulesets:
         recorded = sum(len(level) for level in rs.levels)
-        click.echo(
+        _say(
             f"spec {rs.spec}: {recorded} recording rules in {len(rs.levels)} levels, {len(rs.alerts)} alerting rules, "
             f"warm-up {format_seconds(rs.warmup)}"
         )
 
 
-def _evaluate(rulesets, levels, raw: Path, work: Path, lookback: str, start, end, timeout, plot: bool):
+def _evaluate(rulesets, levels, raw: Path, work: Path, lookback: float, start, end, source, folding, plot: bool):
     """Episodes of each ruleset's alerts, over one private copy of the history that holds
     `levels` (the recording rules they read); with `plot`, the signals of those that fired."""
     from genobs.commands.backtest_alerts import evaluate
@@ -124,20 +144,32 @@ def _evaluate(rulesets, levels, raw: Path, work: Path, lookback: str, start, end
 
     tsdb = work / "tsdb"
     shutil.copytree(raw, tsdb)
-    server = PrivatePrometheus(work, tsdb, lookback)
+    server = PrivatePrometheus(work, tsdb, f"{round(lookback * 1000)}ms", source.timeout, source.deadline)
     _progress(f"spec {' and '.join(rs.spec for rs in rulesets)}: evaluating")
     try:
         server.start()
-        backfill_levels(server, levels, start, end, timeout, _progress)
+        backfill_levels(server, levels, start, end, _progress)
         results = []
         for rs in rulesets:
-            episodes = tuple(evaluate(server.url, rs.alerts, start, end, timeout, _progress))
+            episodes = tuple(evaluate(server.source, rs.alerts, start, end, folding, _progress))
             fired = {(e.alert, e.severity) for e in episodes}
             shown = [a for a in rs.alerts if (a.name, a.severity) in fired] if plot else []
-            results.append(Result(rs, episodes, signals(server.url, shown, start, end, timeout) if shown else {}))
+            results.append(Result(rs, episodes, signals(server.source, shown, start, end) if shown else {}))
         return results
     finally:
         server.stop()
+
+
+def _no_alerts(rulesets) -> None:
+    for rs in rulesets:
+        if rs.alerts:
+            continue
+        if rs.tier == "edge":
+            _exit2(
+                f"error: spec {rs.spec} is the edge tier (output.tier: edge): its rules record and ship series, "
+                "the edge tier has no alerts; backtest the spec with output.tier all or global"
+            )
+        _exit2(f"error: spec {rs.spec} has no alerting rules; nothing to backtest")
 
 
 @click.command("backtest")
@@ -181,14 +213,17 @@ def backtest(
     interval, `for` and `keep_firing_for`). With --baseline-spec, the old spec's
     episodes side by side, so a threshold change is judged before it is merged."""
     from genobs.cli import fail_spec
-    from genobs.commands.backtest_pull import pull_raw, window_seconds
+    from genobs.commands.backtest_blocks import BacktestError
+    from genobs.commands.backtest_labels import Folding, named_labels
+    from genobs.commands.backtest_pull import pull_raw, series_stats, window_seconds
     from genobs.commands.backtest_report import Run, to_json, to_text
     from genobs.commands.backtest_rules import load_rules, shared_levels
-    from genobs.commands.backtest_tsdb import BacktestError, Source, count_series
+    from genobs.commands.backtest_source import Source
     from genobs.commands.promopts import authorization_from
     from genobs.errors import SpecError
-    from genobs.promhttp import PrometheusError, check_timeout, check_url, redact
+    from genobs.promhttp import PrometheusError, check_timeout
 
+    _scrub[0] = str
     start, end = _range(from_, to)
     for path in (spec_path, baseline_spec):
         if path is not None and not path.is_file():
@@ -199,33 +234,37 @@ def backtest(
     except SpecError as exc:
         fail_spec(exc, "nothing was backtested")
     rulesets = [r for r in (baseline, candidate) if r is not None]
+    _no_alerts(rulesets)
     if "://" not in url:
         url = "http://" + url
-    shown = redact(url)  # reports and errors never show a password given in the URL
     try:
-        check_url(url)
         check_timeout(timeout)
-        source = Source(url, authorization_from(bearer_token_file, basic_auth_user, basic_auth_password_file))
-        flags = _flags(source, timeout)
-        _check_retention(shown, _retention(source, timeout), start)
-        lookback = flags.get("query.lookback-delta") or "5m"
-        from genobs.units import prom_duration_seconds
-
+        source = Source(url, authorization_from(bearer_token_file, basic_auth_user, basic_auth_password_file), timeout)
+    except PrometheusError as exc:
+        _exit2(f"error: {exc}")
+    _scrub[0] = source.scrub
+    shown = source.shown  # reports and errors never show a password given in the URL
+    named = named_labels(r.expr for rs in rulesets for r in [*rs.alerts, *(x for lv in rs.levels for x in lv)])
+    try:
+        flags = _flags(source)
+        _check_retention(source, _retention(source), start)
+        lookback = _lookback(source, flags)
         rule_start = int(start - max(r.warmup for r in rulesets)) - 600  # and the rules' first interval
-        pull_start = rule_start - max(r.raw_reach for r in rulesets) - prom_duration_seconds(lookback)
+        pull_start = rule_start - max(r.raw_reach for r in rulesets) - lookback
         selectors = tuple(sorted({(s.name or "", s.matchers): s for r in rulesets for s in r.raw}.values()))
-        counts = [count_series(source, s, pull_start, end, timeout) for s in selectors]
-        if sum(counts) > max_series:
+        sizing = Folding(named)
+        stats = [series_stats(source, s, pull_start, end, sizing, max_series + 1) for s in selectors]
+        if sum(s.count for s in stats) > max_series:
             _exit2(
-                f"error: the spec's selectors match {sum(counts)} series between {_when(pull_start)} and {_when(end)}, "
-                f"more than --max-series {max_series}; narrow the spec's selector or models, shorten the range, "
-                "or raise --max-series"
+                f"error: the spec's selectors match {sum(s.count for s in stats)} series between {_when(pull_start)} "
+                f"and {_when(end)}, more than --max-series {max_series}; narrow the spec's selector or models, "
+                "shorten the range, or raise --max-series"
             )
-        window = window_seconds(max(counts, default=1), SCRAPE_GUESS)
+        window = window_seconds(stats, SCRAPE_GUESS)
         if dry_run:
-            _dry_run(rulesets, selectors, counts, start, end, pull_start, window)
+            _dry_run(rulesets, selectors, stats, start, end, pull_start, window)
             return
-        if not sum(count_series(source, s, start, end, timeout) for s in selectors):
+        if not sum(series_stats(source, s, start, end, sizing, 1).count for s in selectors):
             _exit2(
                 f"error: no data: none of the {len(selectors)} series selectors of {candidate.spec} has samples "
                 f"on {shown} between {_when(start)} and {_when(end)}; check the range and `genobs doctor {spec_path}`"
@@ -234,20 +273,29 @@ def backtest(
             work = Path(tmp)
             raw = work / "raw"
             raw.mkdir()
-            copied = pull_raw(source, selectors, pull_start, end, window, work, raw, timeout, _progress)
-            if not copied:
-                _exit2(f"error: no data: {shown} returned no samples between {_when(pull_start)} and {_when(end)}")
-            _progress(f"copied {copied} samples of {sum(counts)} series")
-            shared = shared_levels(rulesets)  # a baseline that changed only alerts shares the recorded series
-            batches = [(rulesets, shared)] if shared is not None else [([rs], rs.levels) for rs in rulesets]
-            results = []
-            for n, (batch, levels) in enumerate(batches):
-                side = work / f"side{n}"
-                side.mkdir()
-                results += _evaluate(batch, levels, raw, side, lookback, start, end, timeout, plot_path is not None)
-    except PrometheusError as exc:
-        _exit2(f"error: {exc}")
-    except BacktestError as exc:
+            folding = Folding(named, work / "folded.sqlite")
+            try:
+                copied = pull_raw(
+                    source, selectors, pull_start, end, window, work, raw, folding, _progress, max_series=max_series
+                )
+                if not copied.samples:
+                    _exit2(f"error: no data: {shown} returned no samples between {_when(pull_start)} and {_when(end)}")
+                _progress(
+                    f"copied {copied.samples} samples of {copied.series} series "
+                    f"(at most {copied.peak_disk / 2**20:.1f} MiB of text on disk at once)"
+                )
+                shared = shared_levels(rulesets)  # a baseline that changed only alerts shares the recorded series
+                batches = [(rulesets, shared)] if shared is not None else [([rs], rs.levels) for rs in rulesets]
+                results = []
+                for n, (batch, levels) in enumerate(batches):
+                    side = work / f"side{n}"
+                    side.mkdir()
+                    results += _evaluate(
+                        batch, levels, raw, side, lookback, start, end, source, folding, plot_path is not None
+                    )
+            finally:
+                folding.close()
+    except (PrometheusError, BacktestError) as exc:
         _exit2(f"error: {exc}")
     run = Run(shown, start, end, results[-1], results[0] if baseline else None)
     if plot_path is not None:
@@ -258,4 +306,4 @@ def backtest(
             timeline_chart(plot_path, run)
         except PlotUnavailable as exc:
             _exit2(f"error: {exc}")
-    click.echo(to_json(run) if fmt == "json" else to_text(run, fmt), nl=False)
+    _say(to_json(run) if fmt == "json" else to_text(run, fmt), nl=False)

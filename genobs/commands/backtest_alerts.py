@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from genobs.commands.backtest_labels import Folding
 from genobs.commands.backtest_rules import Rule
-from genobs.commands.backtest_tsdb import STEPS_PER_QUERY, Progress, ask, grid
-from genobs.promhttp import PrometheusError
+from genobs.commands.backtest_source import Source
+from genobs.commands.backtest_tsdb import STEPS_PER_QUERY, grid
 
 
 @dataclass(frozen=True)
@@ -67,22 +68,23 @@ class AlertTimeline:
         self.states.clear()
 
 
-def _identity(metric: dict[str, str], rule: Rule) -> tuple[tuple[str, str], ...]:
-    labels = {k: v for k, v in metric.items() if k != "__name__"}
+def _identity(metric: dict[str, str], rule: Rule, folding: Folding) -> tuple[tuple[str, str], ...]:
+    labels = {k: v for k, v in folding.unfold(metric).items() if k != "__name__"}
     labels.update(rule.labels)  # the rule's labels win, as in Prometheus
     labels["alertname"] = rule.name
     return tuple(sorted(labels.items()))
 
 
 def evaluate(
-    url: str,
+    server: Source,
     alerts: tuple[Rule, ...],
     start: float,
     end: float,
-    timeout: float,
-    progress: Progress,
+    folding: Folding,
+    progress,
 ) -> list[Episode]:
-    """Every firing episode of `alerts` between `start` and `end`, in order."""
+    """Every firing episode of `alerts` between `start` and `end`, in order; the labels of
+    each as the source's series carry them (`folding` unfolds what the copy folded)."""
     episodes: list[Episode] = []
     for n, rule in enumerate(alerts):
         progress(f"alerts: {n + 1}/{len(alerts)} {rule.name} ({rule.severity or 'no severity'})")
@@ -93,13 +95,11 @@ def evaluate(
         while a <= end:
             b = min(end, a + chunk - rule.interval)
             params = {"query": rule.expr, "start": f"{a:.3f}", "end": f"{b:.3f}", "step": f"{rule.interval:g}"}
-            data = ask(url, "query_range", params, timeout, True)
-            if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-                raise PrometheusError(f"{url}: query_range did not answer with a result list")
+            data = server.ask("query_range", params, True)
             at: dict[float, set] = {}
-            for series in data["result"]:
-                ident = _identity(series.get("metric", {}), rule)
-                for ts, _ in series.get("values", []):
+            for series in data["result"]:  # type: ignore[index]  (ask checked it is a matrix)
+                ident = _identity(series["metric"], rule, folding)
+                for ts, _ in series["values"]:
                     at.setdefault(round(float(ts), 3), set()).add(ident)
             steps = int(round((b - a) / rule.interval)) + 1
             for i in range(steps):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genobs.commands.backtest_rules import Rule
-from genobs.commands.backtest_tsdb import ask
+from genobs.commands.backtest_source import Source
 
 POINTS = 800  # points per signal line: the PNG is ~1000 px wide
 COMPARISONS = (">", ">=", "<", "<=")
@@ -40,7 +40,7 @@ def watched(expr: str) -> tuple[str, float] | None:
     return visit(q.parse(expr))
 
 
-def signals(url: str, alerts: list[Rule], start: float, end: float, timeout: float) -> dict[tuple[str, str], Signal]:
+def signals(server: Source, alerts: list[Rule], start: float, end: float) -> dict[tuple[str, str], Signal]:
     """The watched signal of each alert, sampled at about POINTS points over the range."""
     step = max(min(r.interval for r in alerts), (end - start) / POINTS) if alerts else 60.0
     out: dict[tuple[str, str], Signal] = {}
@@ -50,10 +50,10 @@ def signals(url: str, alerts: list[Rule], start: float, end: float, timeout: flo
             continue
         expr, threshold = found
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.0f}"}
-        data = ask(url, "query_range", params, timeout, True)
+        data = server.ask("query_range", params, True)
         lines = []
-        for series in (data.get("result") or [])[:10] if isinstance(data, dict) else []:
-            points = [(float(t), float(v)) for t, v in series.get("values", [])]
+        for series in data["result"][:10]:  # type: ignore[index]  (ask checked it is a matrix)
+            points = [(float(t), float(v)) for t, v in series["values"]]
             lines.append((tuple(t for t, _ in points), tuple(v for _, v in points)))
         out[(rule.name, rule.severity)] = Signal(expr, threshold, tuple(lines))
     return out

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 from genobs.commands.backtest_alerts import Episode
 from genobs.commands.backtest_rules import RuleSet
+from genobs.errors import printable
 from genobs.gates.table import render
 
 
@@ -113,9 +114,16 @@ def human(seconds: float) -> str:
     return "".join(p for p in parts[:2] if not p.startswith("0") or len(parts) == 1)
 
 
+SHOWN_VALUE = 80  # characters of a label value in a table (a long annotation stays readable; json has it all)
+
+
 def _short(labels: tuple[tuple[str, str], ...]) -> str:
     hidden = {"alertname", "severity", "signal", "team", "spec", "slo"}
-    return ", ".join(f"{k}={v}" for k, v in labels if k not in hidden)
+    return ", ".join(
+        f"{k}={printable(v) if len(v) <= SHOWN_VALUE else printable(v[: SHOWN_VALUE - 3]) + '...'}"
+        for k, v in labels
+        if k not in hidden
+    )
 
 
 def to_text(run: Run, fmt: str) -> str:

@@ -44,6 +44,7 @@ class RuleSet:
     raw: tuple[q.Selector, ...]  # every raw selector those rules read, sorted by name
     warmup: float  # seconds of recorded history before --from the alerts' windows reach back
     raw_reach: float  # longest range a rule reads of a raw series
+    tier: str = "all"  # output.tier: an edge tier's rules only record
 
 
 def _seconds(value: object) -> float:
@@ -92,10 +93,11 @@ def load_rules(spec_path: Path) -> RuleSet:
                         _seconds(r.get("keep_firing_for")),
                     )
                 )
-    return _closure(out.name, rules)
+    tier = "edge" if "remote-write.yaml" in out.files else "all"  # only the edge tier writes its remote_write filter
+    return _closure(out.name, rules, tier)
 
 
-def _closure(spec: str, rules: list[Rule]) -> RuleSet:
+def _closure(spec: str, rules: list[Rule], tier: str = "all") -> RuleSet:
     records: dict[str, list[Rule]] = {}
     for r in rules:
         if not r.alert:
@@ -144,7 +146,7 @@ def _closure(spec: str, rules: list[Rule]) -> RuleSet:
             if sel.name not in records:
                 raw[(sel.name or "", sel.matchers)] = sel
     levels = tuple(tuple(r for r in used if r.level == lv) for lv in range(max(level.values(), default=-1) + 1))
-    return RuleSet(spec, levels, tuple(alerts), tuple(raw[k] for k in sorted(raw)), warmup, raw_reach)
+    return RuleSet(spec, levels, tuple(alerts), tuple(raw[k] for k in sorted(raw)), warmup, raw_reach, tier)
 
 
 def selector_text(sel: q.Selector) -> str:

@@ -2,92 +2,25 @@
 of the spec's selectors are copied into blocks first (backtest_pull); a private Prometheus
 on loopback serves them, and each level of recording rules is backfilled the way `promtool
 tsdb create-blocks-from rules` does it before the next level is evaluated. Memory stays
-bounded by one window, whatever the range."""
+bounded by one answer and one batch of text, disk by a few files (backtest_blocks)."""
 
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from genobs.commands.backtest_rules import Rule, selector_text
-from genobs.promhttp import PrometheusError, api, connect, fetch
-from genobs.promql import Selector
-from genobs.promtool import GO_ENV
+from genobs.commands.backtest_blocks import BacktestError, BlockWriter, tool
+from genobs.commands.backtest_labels import Folding
+from genobs.commands.backtest_rules import Rule
+from genobs.commands.backtest_source import NO_DEADLINE, Deadline, Source
+from genobs.promhttp import PrometheusError, fetch
 
 STEPS_PER_QUERY = 2000  # points per series per query_range; Prometheus refuses more than 11000
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-
-Progress = Callable[[str], None]
-
-
-class BacktestError(Exception):
-    """The history cannot be evaluated (no data, a tool failed); the message says why."""
-
-
-def tool(name: str) -> str:
-    exe = shutil.which(name)
-    if exe is None:
-        raise BacktestError(f"{name} not found on PATH: backtest evaluates the rules with it (Debian's 'prometheus')")
-    return exe
-
-
-def _run(args: list[str], cwd: Path | None = None) -> None:
-    import os
-
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=cwd, env={**GO_ENV, **os.environ}, timeout=3600)
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise BacktestError(f"{Path(args[0]).name} {' '.join(args[1:4])} failed: {' / '.join(tail)}")
-
-
-@dataclass(frozen=True)
-class Source:
-    """The Prometheus whose history is backtested: its URL and the Authorization header to send."""
-
-    url: str
-    authorization: str = ""
-
-
-def ask(source: Source | str, path: str, params: dict, timeout: float, post: bool = False, expect: str = "") -> object:
-    """One API request with the hardened client `compare` and `doctor` use (credentials, the answer's
-    shape checked), within `timeout`: a backtest's pulls are many, each bounded."""
-    url, authorization = (source.url, source.authorization) if isinstance(source, Source) else (source, "")
-    server = connect(url, timeout=timeout, deadline=timeout, authorization=authorization)
-    return api(server, path, params, post=post, expect=expect)
-
-
-def count_series(url: Source | str, sel: Selector, start: float, end: float, timeout: float) -> int:
-    data = ask(url, "series", {"match[]": selector_text(sel), "start": f"{start:.3f}", "end": f"{end:.3f}"}, timeout, True)
-    if not isinstance(data, list) or not all(isinstance(s, dict) for s in data):
-        raise PrometheusError(f"{url}/api/v1/series: the answer's data is not a list of series")
-    return len(data)
-
-
-def om_value(v: float) -> str:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(v)
-
-
-def om_labels(metric: dict[str, str]) -> str:
-    parts = []
-    for k in sorted(metric):
-        if k == "__name__":
-            continue
-        if not _LABEL_NAME.match(k):
-            raise PrometheusError(f"the answer holds an invalid label name {k[:40]!r}")
-        v = metric[k].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        parts.append(f'{k}="{v}"')
-    return "{" + ",".join(parts) + "}"
+_PLAIN = Folding()  # the private server's answers are folded already: keys checked, nothing folded
 
 
 def _free_port() -> int:
@@ -99,15 +32,16 @@ def _free_port() -> int:
 class PrivatePrometheus:
     """A Prometheus on a free loopback port serving the copied blocks; never scrapes."""
 
-    def __init__(self, work: Path, tsdb: Path, lookback: str):
+    def __init__(self, work: Path, tsdb: Path, lookback: str, timeout: float = 30.0, deadline: Deadline = NO_DEADLINE):
         self.work, self.tsdb, self.lookback = work, tsdb, lookback
+        self.timeout, self.deadline = timeout, deadline
         self.proc: subprocess.Popen | None = None
-        self.url = ""
+        self.source = Source("http://127.0.0.1:9", timeout=timeout, deadline=deadline)  # until started
 
     def start(self, timeout: float = 120.0) -> None:
         exe = tool("prometheus")
         port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        self.source = Source(f"http://127.0.0.1:{port}", timeout=self.timeout, deadline=self.deadline)
         config = self.work / "prometheus.yml"
         config.write_text("global: {scrape_interval: 1m}\n")
         log = (self.work / "prometheus.log").open("ab")
@@ -128,16 +62,17 @@ class PrivatePrometheus:
             cwd=self.work,
         )
         log.close()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + min(timeout, self.deadline.left())
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BacktestError(f"the private prometheus exited with {self.proc.returncode}: {self._log_tail()}")
             try:
-                if fetch(connect(self.url, timeout=2, deadline=2), "-/ready")[0] == 200:
+                if fetch(Source(self.source.url, timeout=2).server(), "-/ready")[0] == 200:
                     return
             except PrometheusError:
                 pass
             time.sleep(0.2)
+        self.deadline.left()
         raise BacktestError(f"the private prometheus was not ready within {timeout:g}s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
@@ -168,23 +103,19 @@ def rule_begin(rule: Rule, start: float) -> float:
     return start - rule.lead - rule.interval
 
 
-def _record_window(url: str, rule: Rule, begin: float, a: float, b: float, out, timeout: float) -> int:
+def _record_window(server: Source, rule: Rule, begin: float, a: float, b: float, out: BlockWriter) -> int:
     """Evaluate `rule` at each of its evaluations in [a, b) and write what it records."""
     first = grid(max(a, begin), rule.interval)
     last = grid(b, rule.interval) - rule.interval
     if last < first:
         return 0
     params = {"query": rule.expr, "start": f"{first:.3f}", "end": f"{last:.3f}", "step": f"{rule.interval:g}"}
-    data = ask(url, "query_range", params, timeout, True)
-    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-        raise PrometheusError(f"{url}: query_range did not answer with a result list")
+    data = server.ask("query_range", params, True)
     written = 0
-    for series in data["result"]:
-        labels = {**series.get("metric", {}), **dict(rule.labels)}  # the rule's labels win, as in Prometheus
-        key = rule.name + om_labels(labels)
-        for ts, value in series.get("values", []):
-            out.write(f"{key} {om_value(float(value))} {float(ts):.3f}\n")
-            written += 1
+    for series in data["result"]:  # type: ignore[index]  (ask checked it is a matrix)
+        # the rule's labels win, as in Prometheus
+        key = _PLAIN.key({**series["metric"], **dict(rule.labels), "__name__": rule.name})
+        written += out.write_series(key, series["values"], -math.inf, math.inf)
     return written
 
 
@@ -193,31 +124,30 @@ def backfill_levels(
     levels: tuple[tuple[Rule, ...], ...],
     start: float,
     end: float,
-    timeout: float,
-    progress: Progress,
+    progress,
 ) -> None:
     """Recorded series up to `end`, one dependency level per pass, the way `promtool tsdb
     create-blocks-from rules` backfills them (query_range at the group's interval, the
     rule's labels added), written through create-blocks-from openmetrics. A level's inputs
     are served before it is evaluated."""
-    promtool = tool("promtool")
     for n, level in enumerate(levels):
-        rules = sorted(level, key=lambda r: r.name)  # one family's samples stay together
+        rules = sorted(level, key=lambda r: r.name)
         span = STEPS_PER_QUERY * min(r.interval for r in rules)
         begin = min(rule_begin(r, start) for r in rules)
         windows = max(1, math.ceil((end + 1 - begin) / span))
         blocks = server.work / f"level{n}"
         blocks.mkdir()
-        for i in range(windows):
-            progress(f"recording rules: level {n + 1}/{len(levels)} ({len(rules)} rules), window {i + 1}/{windows}")
-            a, b = begin + i * span, min(end + 1, begin + (i + 1) * span)
-            path = server.work / "recorded.om"
-            with path.open("w", encoding="utf-8") as out:
-                written = sum(_record_window(server.url, r, rule_begin(r, start), a, b, out, timeout) for r in rules)
-                out.write("# EOF\n")
-            if written:
-                _run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(path), str(blocks)])
-            path.unlink()
+        out = BlockWriter(server.work, blocks, "recorded", 1, server.deadline)
+        try:
+            for i in range(windows):
+                progress(f"recording rules: level {n + 1}/{len(levels)} ({len(rules)} rules), window {i + 1}/{windows}")
+                a, b = begin + i * span, min(end + 1, begin + (i + 1) * span)
+                for r in rules:
+                    _record_window(server.source, r, rule_begin(r, start), a, b, out)
+            out.close()
+        except BaseException:
+            out.abort()
+            raise
         server.stop()
         for block in blocks.iterdir():
             shutil.move(str(block), server.tsdb / block.name)
