@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import NoReturn
 
 import click
 
+from genobs.commands.backtest_source import DEFAULT_DEADLINE
 from genobs.commands.promopts import credential_options, url_option
 
 DEFAULT_MAX_SERIES = 20_000
@@ -191,6 +191,13 @@ def _no_alerts(rulesets) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be pulled and evaluated; pull nothing.")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds per HTTP request.")
+@click.option(
+    "--deadline",
+    type=float,
+    default=DEFAULT_DEADLINE,
+    show_default=True,
+    help="Seconds for the whole run: every request, the copy and the evaluation.",
+)
 @credential_options
 def backtest(
     spec_path,
@@ -203,6 +210,7 @@ def backtest(
     max_series,
     dry_run,
     timeout,
+    deadline,
     bearer_token_file,
     basic_auth_user,
     basic_auth_password_file,
@@ -214,20 +222,28 @@ def backtest(
     episodes side by side, so a threshold change is judged before it is merged."""
     from genobs.cli import fail_spec
     from genobs.commands.backtest_blocks import BacktestError
-    from genobs.commands.backtest_labels import Folding, named_labels
-    from genobs.commands.backtest_pull import pull_raw, series_stats, window_seconds
+    from genobs.commands.backtest_children import Stopped, stopped_by_signals
+    from genobs.commands.backtest_labels import named_labels
     from genobs.commands.backtest_report import Run, to_json, to_text
-    from genobs.commands.backtest_rules import load_rules, shared_levels
-    from genobs.commands.backtest_source import Source
+    from genobs.commands.backtest_rules import load_rules
+    from genobs.commands.backtest_source import Deadline, Source
     from genobs.commands.promopts import authorization_from
-    from genobs.errors import SpecError
+    from genobs.errors import SpecError, printable
     from genobs.promhttp import PrometheusError, check_timeout
 
     _scrub[0] = str
     start, end = _range(from_, to)
+    if plot_path is not None:  # before the run: a chart that cannot be written must not cost one
+        from genobs.gates.plot import PlotUnavailable, check_path, check_plotting
+
+        try:
+            check_path(plot_path)
+            check_plotting()
+        except PlotUnavailable as exc:
+            _exit2(f"error: {exc}")
     for path in (spec_path, baseline_spec):
         if path is not None and not path.is_file():
-            _exit2(f"{path}: error: no such spec file")
+            _exit2(f"{printable(str(path))}: error: no such spec file")
     try:
         candidate = load_rules(spec_path)
         baseline = load_rules(baseline_spec) if baseline_spec else None
@@ -239,65 +255,26 @@ def backtest(
         url = "http://" + url
     try:
         check_timeout(timeout)
-        source = Source(url, authorization_from(bearer_token_file, basic_auth_user, basic_auth_password_file), timeout)
+        limit = Deadline.after(deadline)
+        authorization = authorization_from(bearer_token_file, basic_auth_user, basic_auth_password_file)
+        source = Source(url, authorization, timeout, limit)
     except PrometheusError as exc:
         _exit2(f"error: {exc}")
-    _scrub[0] = source.scrub
-    shown = source.shown  # reports and errors never show a password given in the URL
+    _scrub[0] = source.scrub  # reports and errors never show a credential
     named = named_labels(r.expr for rs in rulesets for r in [*rs.alerts, *(x for lv in rs.levels for x in lv)])
     try:
-        flags = _flags(source)
-        _check_retention(source, _retention(source), start)
-        lookback = _lookback(source, flags)
-        rule_start = int(start - max(r.warmup for r in rulesets)) - 600  # and the rules' first interval
-        pull_start = rule_start - max(r.raw_reach for r in rulesets) - lookback
-        selectors = tuple(sorted({(s.name or "", s.matchers): s for r in rulesets for s in r.raw}.values()))
-        sizing = Folding(named)
-        stats = [series_stats(source, s, pull_start, end, sizing, max_series + 1) for s in selectors]
-        if sum(s.count for s in stats) > max_series:
-            _exit2(
-                f"error: the spec's selectors match {sum(s.count for s in stats)} series between {_when(pull_start)} "
-                f"and {_when(end)}, more than --max-series {max_series}; narrow the spec's selector or models, "
-                "shorten the range, or raise --max-series"
-            )
-        window = window_seconds(stats, SCRAPE_GUESS)
-        if dry_run:
-            _dry_run(rulesets, selectors, stats, start, end, pull_start, window)
-            return
-        if not sum(series_stats(source, s, start, end, sizing, 1).count for s in selectors):
-            _exit2(
-                f"error: no data: none of the {len(selectors)} series selectors of {candidate.spec} has samples "
-                f"on {shown} between {_when(start)} and {_when(end)}; check the range and `genobs doctor {spec_path}`"
-            )
-        with tempfile.TemporaryDirectory(prefix="genobs-backtest-") as tmp:
-            work = Path(tmp)
-            raw = work / "raw"
-            raw.mkdir()
-            folding = Folding(named, work / "folded.sqlite")
-            try:
-                copied = pull_raw(
-                    source, selectors, pull_start, end, window, work, raw, folding, _progress, max_series=max_series
-                )
-                if not copied.samples:
-                    _exit2(f"error: no data: {shown} returned no samples between {_when(pull_start)} and {_when(end)}")
-                _progress(
-                    f"copied {copied.samples} samples of {copied.series} series "
-                    f"(at most {copied.peak_disk / 2**20:.1f} MiB of text on disk at once)"
-                )
-                shared = shared_levels(rulesets)  # a baseline that changed only alerts shares the recorded series
-                batches = [(rulesets, shared)] if shared is not None else [([rs], rs.levels) for rs in rulesets]
-                results = []
-                for n, (batch, levels) in enumerate(batches):
-                    side = work / f"side{n}"
-                    side.mkdir()
-                    results += _evaluate(
-                        batch, levels, raw, side, lookback, start, end, source, folding, plot_path is not None
-                    )
-            finally:
-                folding.close()
+        with stopped_by_signals():
+            results = _run(source, rulesets, start, end, max_series, dry_run, named, plot_path is not None, spec_path)
     except (PrometheusError, BacktestError) as exc:
         _exit2(f"error: {exc}")
-    run = Run(shown, start, end, results[-1], results[0] if baseline else None)
+    except Stopped as exc:
+        _say(f"backtest: stopped by {exc}; the private Prometheus and promtool were stopped, the copy removed", err=True)
+        sys.exit(128 + exc.signum)
+    if results is None:
+        return
+    run = Run(source.shown, start, end, results[-1], results[0] if baseline else None)
+    # the report first: a chart that cannot be written must not lose it
+    _say(to_json(run) if fmt == "json" else to_text(run, fmt), nl=False)
     if plot_path is not None:
         from genobs.commands.backtest_plot import timeline_chart
         from genobs.gates.plot import PlotUnavailable
@@ -306,4 +283,61 @@ def backtest(
             timeline_chart(plot_path, run)
         except PlotUnavailable as exc:
             _exit2(f"error: {exc}")
-    _say(to_json(run) if fmt == "json" else to_text(run, fmt), nl=False)
+
+
+def _run(source, rulesets, start, end, max_series, dry_run, named, plot, spec_path):
+    """The episodes of each ruleset (baseline first), or None after --dry-run."""
+    from genobs import scratch
+    from genobs.commands.backtest_labels import Folding
+    from genobs.commands.backtest_pull import pull_raw, series_stats, window_seconds
+    from genobs.commands.backtest_rules import shared_levels
+
+    shown, candidate = source.shown, rulesets[-1]
+    flags = _flags(source)
+    _check_retention(source, _retention(source), start)
+    lookback = _lookback(source, flags)
+    rule_start = int(start - max(r.warmup for r in rulesets)) - 600  # and the rules' first interval
+    pull_start = rule_start - max(r.raw_reach for r in rulesets) - lookback
+    selectors = tuple(sorted({(s.name or "", s.matchers): s for r in rulesets for s in r.raw}.values()))
+    sizing = Folding(named)
+    stats = [series_stats(source, s, pull_start, end, sizing, max_series + 1) for s in selectors]
+    if sum(s.count for s in stats) > max_series:
+        _exit2(
+            f"error: the spec's selectors match {sum(s.count for s in stats)} series between {_when(pull_start)} "
+            f"and {_when(end)}, more than --max-series {max_series}; narrow the spec's selector or models, "
+            "shorten the range, or raise --max-series"
+        )
+    window = window_seconds(stats, SCRAPE_GUESS)
+    if dry_run:
+        _dry_run(rulesets, selectors, stats, start, end, pull_start, window)
+        return None
+    if not sum(series_stats(source, s, start, end, sizing, 1).count for s in selectors):
+        _exit2(
+            f"error: no data: none of the {len(selectors)} series selectors of {candidate.spec} has samples "
+            f"on {shown} between {_when(start)} and {_when(end)}; check the range and `genobs doctor {spec_path}`"
+        )
+    with scratch.make(scratch.BACKTEST, "genobs backtest: a private copy of a Prometheus' history") as tmp:
+        work = Path(tmp)
+        raw = work / "raw"
+        raw.mkdir()
+        folding = Folding(named, work / "folded.sqlite")
+        try:
+            copied = pull_raw(
+                source, selectors, pull_start, end, window, work, raw, folding, _progress, max_series=max_series
+            )
+            if not copied.samples:
+                _exit2(f"error: no data: {shown} returned no samples between {_when(pull_start)} and {_when(end)}")
+            _progress(
+                f"copied {copied.samples} samples of {copied.series} series "
+                f"(at most {copied.peak_disk / 2**20:.1f} MiB of text on disk at once)"
+            )
+            shared = shared_levels(rulesets)  # a baseline that changed only alerts shares the recorded series
+            batches = [(rulesets, shared)] if shared is not None else [([rs], rs.levels) for rs in rulesets]
+            results = []
+            for n, (batch, levels) in enumerate(batches):
+                side = work / f"side{n}"
+                side.mkdir()
+                results += _evaluate(batch, levels, raw, side, lookback, start, end, source, folding, plot)
+        finally:
+            folding.close()
+    return results

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from genobs.commands.backtest_labels import Folding
+from genobs.commands.backtest_ranges import evaluations, grid
 from genobs.commands.backtest_rules import Rule
 from genobs.commands.backtest_source import Source
-from genobs.commands.backtest_tsdb import STEPS_PER_QUERY, grid
 
 
 @dataclass(frozen=True)
@@ -88,24 +88,16 @@ def evaluate(
     episodes: list[Episode] = []
     for n, rule in enumerate(alerts):
         progress(f"alerts: {n + 1}/{len(alerts)} {rule.name} ({rule.severity or 'no severity'})")
-        first = grid(start, rule.interval)
         timeline = AlertTimeline(rule)
-        chunk = rule.interval * STEPS_PER_QUERY
-        a = first
-        while a <= end:
-            b = min(end, a + chunk - rule.interval)
-            params = {"query": rule.expr, "start": f"{a:.3f}", "end": f"{b:.3f}", "step": f"{rule.interval:g}"}
-            data = server.ask("query_range", params, True)
+        for a, b, result in evaluations(server, rule.expr, grid(start, rule.interval), end, rule.interval):
             at: dict[float, set] = {}
-            for series in data["result"]:  # type: ignore[index]  (ask checked it is a matrix)
+            for series in result:
                 ident = _identity(series["metric"], rule, folding)
                 for ts, _ in series["values"]:
                     at.setdefault(round(float(ts), 3), set()).add(ident)
-            steps = int(round((b - a) / rule.interval)) + 1
-            for i in range(steps):
+            for i in range(int((b - a) / rule.interval + 1e-9) + 1):  # the evaluations in [a, b]
                 ts = round(a + i * rule.interval, 3)
                 timeline.step(ts, at.get(ts, set()))
-            a = b + rule.interval
         timeline.close()
         episodes.extend(timeline.episodes)
     return sorted(episodes, key=lambda e: (e.start, e.alert, e.severity, e.labels))

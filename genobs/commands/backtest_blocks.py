@@ -15,6 +15,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from genobs.commands.backtest_children import start_child
 from genobs.commands.backtest_labels import om_value
 from genobs.commands.backtest_source import NO_DEADLINE, Deadline
 from genobs.promtool import GO_ENV
@@ -110,9 +111,7 @@ class BlockWriter:
         args = [self.promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(path), str(self.tsdb)]
         log = path.with_suffix(".log")
         with log.open("wb") as err:
-            proc = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env={**GO_ENV, **os.environ}
-            )
+            proc = start_child(args, stdout=subprocess.DEVNULL, stderr=err, env={**GO_ENV, **os.environ})
         self.running.append((proc, path, log))
 
     def close(self) -> None:

@@ -62,7 +62,7 @@ def signals(server: Source, alerts: list[Rule], start: float, end: float) -> dic
 def timeline_chart(path: Path, run) -> None:  # noqa: ANN001 (backtest_report.Run)
     from datetime import datetime, timezone
 
-    from genobs.gates.plot import _pyplot
+    from genobs.gates.plot import _pyplot, save
 
     plt = _pyplot()
     import matplotlib.dates as mdates
@@ -111,5 +111,7 @@ def timeline_chart(path: Path, run) -> None:  # noqa: ANN001 (backtest_report.Ru
         bars.grid(True, axis="x", alpha=0.3)
     title = f"genobs backtest: {c.rules.spec}, {run.days:.1f} days (UTC)"
     fig.suptitle(title + (", lanes: spec and baseline" if b else ""), fontsize=10, y=1 - 0.15 / height)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        save(fig, path, tight=True)
+    finally:
+        plt.close(fig)

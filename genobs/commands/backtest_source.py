@@ -71,9 +71,16 @@ class Source:
 
     __slots__ = ("url", "shown", "_authorization", "_secrets", "timeout", "deadline")
 
-    def __init__(self, url: str, authorization: str = "", timeout: float = 30.0, deadline: Deadline = NO_DEADLINE):
+    def __init__(
+        self,
+        url: str,
+        authorization: str = "",
+        timeout: float = 30.0,
+        deadline: Deadline = NO_DEADLINE,
+        name: str = "",
+    ):
         parts = check_url(url)
-        self.shown = redact(url)  # how reports and errors name it
+        self.shown = name or redact(url)  # how reports and errors name it
         if "@" in parts.netloc:
             if authorization:
                 raise PrometheusError(f"{self.shown}: give credentials in the URL or by option, not both")
@@ -113,8 +120,14 @@ class Source:
         return Server(self.url, self._authorization, min(self.timeout, left), self.deadline.at, self.deadline.seconds)
 
     def ask(self, path: str, params: dict, post: bool = False, expect: str = "") -> object:
-        """`data` of one API request with the hardened client `compare` and `doctor` use."""
-        return api(self.server(), path, params, post=post, expect=expect)
+        """`data` of one API request with the hardened client `compare` and `doctor` use; its
+        errors name the server as `shown` does (a private server by what it is, not its port)."""
+        try:
+            return api(self.server(), path, params, post=post, expect=expect)
+        except PrometheusError as exc:
+            if self.shown != redact(self.url):
+                raise PrometheusError(str(exc).replace(self.url, self.shown)) from None
+            raise
 
 
 def ask(source: Source, path: str, params: dict, post: bool = False, expect: str = "") -> object:

@@ -7,6 +7,8 @@ bounded by one answer and one batch of text, disk by a few files (backtest_block
 from __future__ import annotations
 
 import math
+import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -14,12 +16,15 @@ import time
 from pathlib import Path
 
 from genobs.commands.backtest_blocks import BacktestError, BlockWriter, tool
+from genobs.commands.backtest_children import start_child, stop_child
 from genobs.commands.backtest_labels import Folding
+from genobs.commands.backtest_ranges import evaluations, grid
 from genobs.commands.backtest_rules import Rule
 from genobs.commands.backtest_source import NO_DEADLINE, Deadline, Source
-from genobs.promhttp import PrometheusError, fetch
+from genobs.promhttp import PrometheusError, basic, fetch
 
-STEPS_PER_QUERY = 2000  # points per series per query_range; Prometheus refuses more than 11000
+USER = "genobs"
+PRIVATE = "the private Prometheus"  # how messages name it: its loopback URL is no address the user gave
 _PLAIN = Folding()  # the private server's answers are folded already: keys checked, nothing folded
 
 
@@ -30,25 +35,51 @@ def _free_port() -> int:
 
 
 class PrivatePrometheus:
-    """A Prometheus on a free loopback port serving the copied blocks; never scrapes."""
+    """A Prometheus on a free loopback port serving the copied blocks; never scrapes. Other
+    local users cannot read the copy: the folder is private (0700) and the server asks for
+    basic auth with a random password (its bcrypt hash in --web.config.file)."""
 
     def __init__(self, work: Path, tsdb: Path, lookback: str, timeout: float = 30.0, deadline: Deadline = NO_DEADLINE):
         self.work, self.tsdb, self.lookback = work, tsdb, lookback
         self.timeout, self.deadline = timeout, deadline
         self.proc: subprocess.Popen | None = None
-        self.source = Source("http://127.0.0.1:9", timeout=timeout, deadline=deadline)  # until started
+        self.password = secrets.token_urlsafe(24)
+        self.source = self._source(9)  # until started
+
+    def _source(self, port: int, timeout: float | None = None) -> Source:
+        return Source(
+            f"http://127.0.0.1:{port}",
+            basic(USER, self.password),
+            self.timeout if timeout is None else timeout,
+            self.deadline if timeout is None else NO_DEADLINE,
+            name=PRIVATE,
+        )
+
+    def _web_config(self) -> Path:
+        try:
+            import bcrypt
+        except ImportError:
+            raise BacktestError("backtest needs the bcrypt package to protect its private Prometheus: pip install bcrypt") from None
+        hashed = bcrypt.hashpw(self.password.encode(), bcrypt.gensalt(rounds=4)).decode()  # a random password: no cost needed
+        path = self.work / "web.yml"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(f"basic_auth_users:\n  {USER}: '{hashed}'\n")
+        return path
 
     def start(self, timeout: float = 120.0) -> None:
         exe = tool("prometheus")
         port = _free_port()
-        self.source = Source(f"http://127.0.0.1:{port}", timeout=self.timeout, deadline=self.deadline)
+        self.source = self._source(port)
         config = self.work / "prometheus.yml"
         config.write_text("global: {scrape_interval: 1m}\n")
+        web = self._web_config()
         log = (self.work / "prometheus.log").open("ab")
-        self.proc = subprocess.Popen(
+        self.proc = start_child(
             [
                 exe,
                 f"--config.file={config}",
+                f"--web.config.file={web}",
                 f"--storage.tsdb.path={self.tsdb}",
                 "--storage.tsdb.retention.time=100y",  # the copied history is old: keep all of it
                 f"--web.listen-address=127.0.0.1:{port}",
@@ -58,43 +89,31 @@ class PrivatePrometheus:
             ],
             stdout=subprocess.DEVNULL,
             stderr=log,
-            stdin=subprocess.DEVNULL,
             cwd=self.work,
         )
         log.close()
         deadline = time.monotonic() + min(timeout, self.deadline.left())
+        probe = self._source(port, timeout=2)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise BacktestError(f"the private prometheus exited with {self.proc.returncode}: {self._log_tail()}")
+                raise BacktestError(f"the private Prometheus exited with {self.proc.returncode}: {self._log_tail()}")
             try:
-                if fetch(Source(self.source.url, timeout=2).server(), "-/ready")[0] == 200:
+                if fetch(probe.server(), "-/ready")[0] == 200:
                     return
             except PrometheusError:
                 pass
             time.sleep(0.2)
         self.deadline.left()
-        raise BacktestError(f"the private prometheus was not ready within {timeout:g}s: {self._log_tail()}")
+        raise BacktestError(f"the private Prometheus was not ready within {timeout:g}s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
         lines = (self.work / "prometheus.log").read_text(errors="replace").strip().splitlines()
         return " / ".join(lines[-2:])[:400]
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
-
-
-def grid(t: float, interval: float) -> float:
-    """The first evaluation at or after `t`: every group evaluates at multiples of its interval."""
-    return math.ceil(t / interval) * interval
+        if self.proc is not None:
+            stop_child(self.proc, grace=60)
+            self.proc = None
 
 
 def rule_begin(rule: Rule, start: float) -> float:
@@ -103,19 +122,15 @@ def rule_begin(rule: Rule, start: float) -> float:
     return start - rule.lead - rule.interval
 
 
-def _record_window(server: Source, rule: Rule, begin: float, a: float, b: float, out: BlockWriter) -> int:
-    """Evaluate `rule` at each of its evaluations in [a, b) and write what it records."""
-    first = grid(max(a, begin), rule.interval)
-    last = grid(b, rule.interval) - rule.interval
-    if last < first:
-        return 0
-    params = {"query": rule.expr, "start": f"{first:.3f}", "end": f"{last:.3f}", "step": f"{rule.interval:g}"}
-    data = server.ask("query_range", params, True)
+def record(server: Source, rule: Rule, start: float, end: float, out: BlockWriter, folding: Folding = _PLAIN) -> int:
+    """Evaluate `rule` at each of its evaluations from its begin to `end` and write what it
+    records, the rule's labels added (they win, as in Prometheus); returns the samples."""
+    first, last = grid(rule_begin(rule, start), rule.interval), grid(end + 1, rule.interval) - rule.interval
     written = 0
-    for series in data["result"]:  # type: ignore[index]  (ask checked it is a matrix)
-        # the rule's labels win, as in Prometheus
-        key = _PLAIN.key({**series["metric"], **dict(rule.labels), "__name__": rule.name})
-        written += out.write_series(key, series["values"], -math.inf, math.inf)
+    for _, _, result in evaluations(server, rule.expr, first, last, rule.interval):
+        for series in result:
+            key = folding.key({**series["metric"], **dict(rule.labels), "__name__": rule.name})
+            written += out.write_series(key, series["values"], -math.inf, math.inf)
     return written
 
 
@@ -132,18 +147,13 @@ def backfill_levels(
     are served before it is evaluated."""
     for n, level in enumerate(levels):
         rules = sorted(level, key=lambda r: r.name)
-        span = STEPS_PER_QUERY * min(r.interval for r in rules)
-        begin = min(rule_begin(r, start) for r in rules)
-        windows = max(1, math.ceil((end + 1 - begin) / span))
         blocks = server.work / f"level{n}"
         blocks.mkdir()
         out = BlockWriter(server.work, blocks, "recorded", 1, server.deadline)
         try:
-            for i in range(windows):
-                progress(f"recording rules: level {n + 1}/{len(levels)} ({len(rules)} rules), window {i + 1}/{windows}")
-                a, b = begin + i * span, min(end + 1, begin + (i + 1) * span)
-                for r in rules:
-                    _record_window(server.source, r, rule_begin(r, start), a, b, out)
+            for i, rule in enumerate(rules):
+                progress(f"recording rules: level {n + 1}/{len(levels)}, rule {i + 1}/{len(rules)} {rule.name}")
+                record(server.source, rule, start, end, out)
             out.close()
         except BaseException:
             out.abort()
