@@ -163,3 +163,39 @@ def down(req: Request, fake: FakeSource) -> bytes:
     for s in doc["data"]["result"]:
         s["values"] = [[t, "0"] for t, _ in s.get("values", [])]
     return json.dumps(doc).encode()
+
+
+def test_max_series_counts_what_is_copied():
+    """A server whose /series listing shows one series but whose answers hold many: the copy
+    stops at --max-series with a message, instead of pulling whatever the answers hold."""
+    fake = FakeSource(fleet(["up"], 1))
+    many = fleet(["up"], 6)
+
+    def answers(req: Request) -> tuple[int, bytes]:
+        t = float(req.params["time"])
+        return 200, ok({"resultType": "matrix", "result": [{"metric": s, "values": [[t, "1"]]} for s in many]})
+
+    fake.answers["query"] = answers
+    with serving(fake) as url:
+        result = backtest(["--prometheus", url, "--max-series", "3"], {})
+    assert result.exit_code == 2, result.output
+    assert "the copy holds more than --max-series 3 series" in result.stderr, result.stderr
+
+
+def test_a_lone_surrogate_in_a_listed_label_is_a_clear_error():
+    fake = FakeSource([{**fleet(["up"], 1)[0], "pod": "\udc80"}])
+    with serving(fake) as url:
+        result = backtest(["--prometheus", url, "--dry-run"], {})
+    assert result.exit_code == 2 and "not valid UTF-8" in result.stderr, result.output
+    assert "internal error" not in result.output
+
+
+def test_an_edge_tier_spec_says_it_has_no_alerts(tmp_path: Path):
+    edge = tmp_path / "edge.yaml"
+    edge.write_text(LATENCY.read_text() + "output: {tier: edge}\n")
+    fake = FakeSource(fleet(NAMES, 1))
+    with serving(fake) as url:
+        result = CliRunner().invoke(main, ["backtest", str(edge), "--prometheus", url, "--from", "now-2h"])
+    assert result.exit_code == 2, result.output
+    assert "the edge tier has no alerts" in result.stderr and "output.tier" in result.stderr, result.stderr
+    assert "no data" not in result.stderr and fake.seen == []
