@@ -55,7 +55,7 @@ def only_read_families() -> None:
     """Keep the fleet to the families the spec's rules read: the rest would only make the
     OpenMetrics text (GBs) and the backfill slower; backtest never pulls them."""
     sys.path.insert(0, str(REPO))
-    from genobs.commands.backtest_rules import load_rules
+    from genobs.backtest.rules import load_rules
 
     names = {s.name for s in load_rules(SPEC).raw}
     every = synthetic_fleet.families()

@@ -1,4 +1,4 @@
-"""What `genobs backtest`'s raw pull costs alone: backtest_pull.pull_raw called in this
+"""What `genobs backtest`'s raw pull costs alone: genobs.backtest.pull.pull_raw called in this
 process on the first HOURS of a history that bench_backtest.py kept (--keep DIR), served by
 a Prometheus on loopback; wall time, samples/s and the CPU seconds of genobs, of promtool
 (all its runs) and of the source Prometheus (with its start-up).
@@ -21,16 +21,16 @@ from pathlib import Path
 import bench_backtest as bb
 
 sys.path.insert(0, str(bb.REPO))
-from genobs.commands.backtest_labels import Folding, named_labels  # noqa: E402
-from genobs.commands.backtest_pull import (  # noqa: E402
+from genobs.backtest.labels import Folding, named_labels  # noqa: E402
+from genobs.backtest.pull import (  # noqa: E402
     PROMTOOLS_AT_ONCE,
     PULL_CONCURRENCY,
     pull_raw,
     series_stats,
     window_seconds,
 )
-from genobs.commands.backtest_rules import load_rules  # noqa: E402
-from genobs.commands.backtest_source import Source  # noqa: E402
+from genobs.backtest.rules import load_rules  # noqa: E402
+from genobs.backtest.source import Source  # noqa: E402
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ from backtest_fake import FakeSource, Request, fleet, ok, serving
 from click.testing import CliRunner
 from e2e_support import free_port
 
+from genobs.backtest.rules import load_rules
 from genobs.cli import main
-from genobs.commands.backtest_rules import load_rules
 
 FIXTURES = Path(__file__).parent / "fixtures" / "backtest"
 LATENCY = FIXTURES / "latency.yaml"

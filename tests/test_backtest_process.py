@@ -21,10 +21,10 @@ import pytest
 from backtest_fake import FakeSource, fleet, serving
 from e2e_support import PROMETHEUS
 
-from genobs.commands.backtest_alerts import evaluate
-from genobs.commands.backtest_labels import Folding
-from genobs.commands.backtest_rules import Rule, load_rules
-from genobs.commands.backtest_tsdb import PrivatePrometheus, backfill_levels
+from genobs.backtest.alerts import evaluate
+from genobs.backtest.labels import Folding
+from genobs.backtest.rules import Rule, load_rules
+from genobs.backtest.tsdb import PrivatePrometheus, backfill_levels
 
 FIXTURES = Path(__file__).parent / "fixtures" / "backtest"
 CHAT = FIXTURES / "chat.yaml"  # a 3-day warm-up: the private Prometheus runs for a while

@@ -1,4 +1,4 @@
-"""`genobs backtest`'s copy of the raw history (backtest_pull: answers fetched concurrently,
+"""`genobs backtest`'s copy of the raw history (genobs.backtest.pull: answers fetched concurrently,
 promtool run beside the pull) holds exactly the samples the plain serial pull copies: one
 request per selector and window, one sample at a time, one promtool run per window, as
 the command first did. Both copies are read back with `promtool tsdb dump` from a real
@@ -19,10 +19,10 @@ from e2e_support import PROMETHEUS, Prometheus
 from fleet_series import Fleet
 from test_doctor_hostile import reply, serve
 
-from genobs.commands.backtest_labels import Folding, om_labels, om_value
-from genobs.commands.backtest_pull import pull_raw
-from genobs.commands.backtest_rules import load_rules, selector_text
-from genobs.commands.backtest_source import Source
+from genobs.backtest.labels import Folding, om_labels, om_value
+from genobs.backtest.pull import pull_raw
+from genobs.backtest.rules import load_rules, selector_text
+from genobs.backtest.source import Source
 from genobs.promhttp import PrometheusError
 
 SPEC = Path(__file__).parent / "fixtures" / "backtest" / "chat.yaml"

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from genobs.commands.backtest_rules import Rule
-from genobs.commands.backtest_source import Source
+from genobs.backtest.rules import Rule
+from genobs.backtest.source import Source
 
 POINTS = 800  # points per signal line: the PNG is ~1000 px wide
 COMPARISONS = (">", ">=", "<", "<=")
@@ -59,7 +59,7 @@ def signals(server: Source, alerts: list[Rule], start: float, end: float) -> dic
     return out
 
 
-def timeline_chart(path: Path, run) -> None:  # noqa: ANN001 (backtest_report.Run)
+def timeline_chart(path: Path, run) -> None:  # noqa: ANN001 (report.Run)
     from datetime import datetime, timezone
 
     from genobs.gates.plot import _pyplot, save

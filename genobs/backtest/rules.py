@@ -1,4 +1,4 @@
-"""`genobs backtest`, step 1: the rules a spec's alerts depend on, read from the same
+"""Backtest stage, rules: the rules a spec's alerts depend on, read from the same
 in-memory render `genobs build` writes (genobs.build.render_spec). Gives the recording
 rules in dependency levels (a level reads only raw series and lower levels), the alerting
 rules, the raw selectors the rules read (what is pulled from Prometheus, nothing else) and

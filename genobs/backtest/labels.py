@@ -1,4 +1,4 @@
-"""`genobs backtest`: series keys as the private copy stores them. Every line of OpenMetrics
+"""Backtest stage: series keys as the private copy stores them. Every line of OpenMetrics
 repeats its series' whole label set, so one long label value (a Kubernetes annotation copied
 into a label) is paid for with every sample: 20 KB of labels on a series scraped every 15 s
 is 115 MB of text a day. The labels no rule names (every identifier of every rule's text is

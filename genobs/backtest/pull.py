@@ -1,7 +1,7 @@
-"""`genobs backtest`, step 2a: the raw samples of the spec's selectors, copied from the user's
+"""Backtest stage, pull: the raw samples of the spec's selectors, copied from the user's
 Prometheus into TSDB blocks. Range selectors through /api/v1/query return the stored samples
 (not interpolated points); each pull window's answers are written as OpenMetrics text and
-turned into blocks by `promtool tsdb create-blocks-from openmetrics` (backtest_blocks).
+turned into blocks by `promtool tsdb create-blocks-from openmetrics` (blocks).
 
 Pull windows are sized from the /series listing: by samples (an answer stays near
 SAMPLES_PER_ANSWER) and by bytes (an answer's labels and samples under ANSWER_BYTES, a
@@ -20,10 +20,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from genobs.commands.backtest_blocks import TEXT_BYTES, BacktestError, BlockWriter
-from genobs.commands.backtest_labels import Folding
-from genobs.commands.backtest_rules import selector_text
-from genobs.commands.backtest_source import Source
+from genobs.backtest.blocks import TEXT_BYTES, BacktestError, BlockWriter
+from genobs.backtest.labels import Folding
+from genobs.backtest.rules import selector_text
+from genobs.backtest.source import Source
 from genobs.promhttp import PrometheusError
 from genobs.promql import Selector
 

@@ -1,4 +1,4 @@
-"""`genobs backtest`, step 3: alerting rules over the private history. Each alert's
+"""Backtest stage, alerts: alerting rules over the private history. Each alert's
 expression is evaluated by Prometheus' engine at every evaluation of its group (query_range
 at the group's interval); the `for` / `keep_firing_for` state machine of
 Prometheus' rules/alerting.go then runs here, label set by label set: pending at the first
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from genobs.commands.backtest_labels import Folding
-from genobs.commands.backtest_ranges import evaluations, grid
-from genobs.commands.backtest_rules import Rule
-from genobs.commands.backtest_source import Source
+from genobs.backtest.labels import Folding
+from genobs.backtest.ranges import evaluations, grid
+from genobs.backtest.rules import Rule
+from genobs.backtest.source import Source
 
 
 @dataclass(frozen=True)

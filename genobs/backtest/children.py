@@ -1,4 +1,4 @@
-"""`genobs backtest`'s child processes (promtool, the private Prometheus) never outlive it.
+"""The backtest stage's child processes (promtool, the private Prometheus) never outlive it.
 Each starts in its own session, so a terminal's Ctrl-C reaches genobs alone and genobs stops
 them in order; on Linux each asks the kernel to kill it when genobs dies, however it dies
 (PR_SET_PDEATHSIG, checked against a parent that died during the fork). SIGTERM and SIGHUP

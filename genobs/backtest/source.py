@@ -1,4 +1,4 @@
-"""`genobs backtest`: the servers a run asks, the user's Prometheus and the private one. A
+"""Backtest stage: the servers a run asks, the user's Prometheus and the private one. A
 Source is built from a URL and an Authorization header; the URL it keeps has no userinfo
 (a password in the URL becomes basic auth), and its repr and str show the URL as the user
 gave it with the userinfo redacted, so a message, report or traceback that formats a Source

@@ -1,4 +1,4 @@
-"""`genobs backtest`: a rule's expression evaluated over a long range, as query_range answers
+"""Backtest stage: a rule's expression evaluated over a long range, as query_range answers
 of a bounded size. Each answer holds evaluations × series points, and promhttp refuses one
 past 32 MiB or 400,000 lists (a point is one): a fleet of 350 engine ranks at 2,000 steps
 would be refused. So the steps of the next query follow the series of the last answer
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from genobs.commands.backtest_source import Source
+from genobs.backtest.source import Source
 from genobs.promhttp import PrometheusError
 
 STEPS_PER_QUERY = 2000  # evaluations per query_range; Prometheus refuses more than 11,000

@@ -1,4 +1,4 @@
-"""`genobs backtest`: OpenMetrics text into TSDB blocks, in bounded pieces. Samples are written
+"""Backtest stage: OpenMetrics text into TSDB blocks, in bounded pieces. Samples are written
 to a file until it holds TEXT_BYTES; then it is closed and `promtool tsdb create-blocks-from
 openmetrics` turns it into blocks while the next file is written (at most `at_once` promtools
 run, each on its own file and into its own blocks: overlapping blocks are merged by the
@@ -15,9 +15,9 @@ import time
 from collections import deque
 from pathlib import Path
 
-from genobs.commands.backtest_children import start_child
-from genobs.commands.backtest_labels import om_value
-from genobs.commands.backtest_source import NO_DEADLINE, Deadline
+from genobs.backtest.children import start_child
+from genobs.backtest.labels import om_value
+from genobs.backtest.source import NO_DEADLINE, Deadline
 from genobs.promtool import GO_ENV
 
 TEXT_BYTES = 64 * 2**20  # one file; a file is closed at the first batch past it

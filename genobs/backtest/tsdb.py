@@ -1,8 +1,8 @@
-"""`genobs backtest`, step 2: a private copy of the history the rules read. The raw samples
-of the spec's selectors are copied into blocks first (backtest_pull); a private Prometheus
+"""Backtest stage, tsdb: a private copy of the history the rules read. The raw samples
+of the spec's selectors are copied into blocks first (pull); a private Prometheus
 on loopback serves them, and each level of recording rules is backfilled the way `promtool
 tsdb create-blocks-from rules` does it before the next level is evaluated. Memory stays
-bounded by one answer and one batch of text, disk by a few files (backtest_blocks)."""
+bounded by one answer and one batch of text, disk by a few files (blocks)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from genobs.commands.backtest_blocks import BacktestError, BlockWriter, tool
-from genobs.commands.backtest_children import start_child, stop_child
-from genobs.commands.backtest_labels import Folding
-from genobs.commands.backtest_ranges import evaluations, grid
-from genobs.commands.backtest_rules import Rule
-from genobs.commands.backtest_source import NO_DEADLINE, Deadline, Source
+from genobs.backtest.blocks import BacktestError, BlockWriter, tool
+from genobs.backtest.children import start_child, stop_child
+from genobs.backtest.labels import Folding
+from genobs.backtest.ranges import evaluations, grid
+from genobs.backtest.rules import Rule
+from genobs.backtest.source import NO_DEADLINE, Deadline, Source
 from genobs.promhttp import PrometheusError, basic, fetch
 
 USER = "genobs"
