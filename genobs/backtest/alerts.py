@@ -61,6 +61,17 @@ class AlertTimeline:
                 self.episodes.append(Episode(r.name, r.severity, labels, s.fired_at, ts))
             del self.states[labels]
 
+    def answer(self, result: list[dict], a: float, b: float, folding: Folding) -> None:
+        """Step through the evaluations in [a, b] with a checked query_range answer of the rule."""
+        at: dict[float, set] = {}
+        for series in result:
+            ident = _identity(series["metric"], self.rule, folding)
+            for ts, _ in series["values"]:
+                at.setdefault(round(float(ts), 3), set()).add(ident)
+        for i in range(int((b - a) / self.rule.interval + 1e-9) + 1):
+            ts = round(a + i * self.rule.interval, 3)
+            self.step(ts, at.get(ts, set()))
+
     def close(self) -> None:
         for labels, s in sorted(self.states.items()):
             if s.fired_at is not None:
@@ -90,14 +101,7 @@ def evaluate(
         progress(f"alerts: {n + 1}/{len(alerts)} {rule.name} ({rule.severity or 'no severity'})")
         timeline = AlertTimeline(rule)
         for a, b, result in evaluations(server, rule.expr, grid(start, rule.interval), end, rule.interval):
-            at: dict[float, set] = {}
-            for series in result:
-                ident = _identity(series["metric"], rule, folding)
-                for ts, _ in series["values"]:
-                    at.setdefault(round(float(ts), 3), set()).add(ident)
-            for i in range(int((b - a) / rule.interval + 1e-9) + 1):  # the evaluations in [a, b]
-                ts = round(a + i * rule.interval, 3)
-                timeline.step(ts, at.get(ts, set()))
+            timeline.answer(result, a, b, folding)
         timeline.close()
         episodes.extend(timeline.episodes)
     return sorted(episodes, key=lambda e: (e.start, e.alert, e.severity, e.labels))

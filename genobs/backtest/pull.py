@@ -61,11 +61,15 @@ def series_stats(
     params = {"match[]": selector_text(sel), "start": f"{start:.3f}", "end": f"{end:.3f}"}
     if limit:
         params["limit"] = str(limit)
-    data = source.ask("series", params, post=True)
+    return stats_of(source.ask("series", params, post=True), folding, f"{source}/api/v1/series")
+
+
+def stats_of(data: object, folding: Folding, where: str) -> SeriesStats:
+    """SeriesStats of a /series answer's data; PrometheusError when it is not a list of label sets."""
     if not isinstance(data, list) or not all(
         isinstance(s, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in s.items()) for s in data
     ):
-        raise PrometheusError(f"{source}/api/v1/series: the answer's data is not a list of series")
+        raise PrometheusError(f"{where}: the answer's data is not a list of series")
     keys = labels = 0
     for metric in data:
         keys += len(folding.key(metric).encode("utf-8"))
@@ -115,6 +119,37 @@ class Copied:
     peak_disk: int  # bytes of text on disk at once
 
 
+def write_answer(
+    answer: list[dict],
+    a: float,
+    b: float,
+    folding: Folding,
+    writer: BlockWriter,
+    seen: set[bytes],
+    every: set[bytes],
+    max_series: int = 0,
+) -> int:
+    """Write the samples in (a, b] of one checked range answer; returns how many. `seen` holds
+    the series written for this window (two selectors can match one series), `every` those of
+    the whole copy, counted against `max_series`."""
+    total = 0
+    for series in answer:
+        key = folding.key(series["metric"])
+        digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        total += writer.write_series(key, series.get("values") or [], a, b)
+        if max_series and digest not in every:
+            every.add(digest)
+            if len(every) > max_series:
+                raise BacktestError(
+                    f"the copy holds more than --max-series {max_series} series (the server's /series listing "
+                    "counted fewer); narrow the spec's selector, shorten the range or raise --max-series"
+                )
+    return total
+
+
 def _spans(start: float, end: float, window: float) -> Iterator[tuple[float, float]]:
     a = start
     while a < end:
@@ -162,21 +197,7 @@ def pull_raw(
                 a, b, future = pending.popleft()
                 answer = future.result()
                 submit()
-                for series in answer:
-                    key = folding.key(series["metric"])
-                    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
-                    if digest in seen:  # two selectors of one spec can match the same series
-                        continue
-                    seen.add(digest)
-                    total += writer.write_series(key, series.get("values") or [], a, b)
-                    if max_series and digest not in every:
-                        every.add(digest)
-                        if len(every) > max_series:
-                            raise BacktestError(
-                                f"the copy holds more than --max-series {max_series} series (the server's /series "
-                                "listing counted fewer); narrow the spec's selector, shorten the range or raise "
-                                "--max-series"
-                            )
+                total += write_answer(answer, a, b, folding, writer, seen, every, max_series)
                 del answer
         writer.close()
     except BaseException:
