@@ -57,8 +57,16 @@ class FakeSource:
             times = range(int((end - span) // self.scrape + 1) * self.scrape, int(end) + 1, self.scrape)
             result = [{"metric": s, "values": [[t, str(t % 600)] for t in times]} for s in self.matching(found.group(1))]
             return 200, ok({"resultType": "matrix", "result": result})
-        if req.path == "query_range":
-            return 200, ok({"resultType": "matrix", "result": []})
+        if req.path == "query_range":  # a rule evaluated on the source: its raw series, unaggregated
+            first, last, step = (float(req.params[k]) for k in ("start", "end", "step"))
+            times = [first + i * step for i in range(int((last - first) / step) + 1)]
+            expr = req.params.get("query", "")
+            result = [
+                {"metric": {k: v for k, v in s.items() if k != "__name__"}, "values": [[t, "1"] for t in times]}
+                for s in self.series
+                if s.get("__name__", "") + "{" in expr
+            ]
+            return 200, ok({"resultType": "matrix", "result": result})
         return 404, b'{"status":"error","error":"not found"}'
 
     def matching(self, selector: str) -> list[dict[str, str]]:

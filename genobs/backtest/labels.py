@@ -16,6 +16,7 @@ import json
 import math
 import re
 import sqlite3
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -79,6 +80,7 @@ class Folding:
         self.store = store
         self._db: sqlite3.Connection | None = None
         self._stored: set[str] = set()
+        self._lock = threading.Lock()  # rules are recorded by several threads at once
 
     def labels(self, metric: dict[str, str]) -> dict[str, str]:
         """The labels as the copy holds them, checked: __name__ aside, a label name, text that
@@ -114,14 +116,15 @@ class Folding:
         text = json.dumps(sorted(rest.items()), ensure_ascii=False)
         token = "f" + hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
         if self.store is not None and token not in self._stored:
-            self._connection().execute("INSERT OR IGNORE INTO folded VALUES (?, ?)", (token, text))
-            self._stored.add(token)
+            with self._lock:
+                self._connection().execute("INSERT OR IGNORE INTO folded VALUES (?, ?)", (token, text))
+                self._stored.add(token)
         return token
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             assert self.store is not None
-            self._db = sqlite3.connect(self.store, isolation_level=None)
+            self._db = sqlite3.connect(self.store, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=OFF")
             self._db.execute("CREATE TABLE IF NOT EXISTS folded (token TEXT PRIMARY KEY, labels TEXT)")
         return self._db
@@ -131,13 +134,15 @@ class Folding:
         token = labels.get(FOLDED)
         if token is None or self.store is None or token not in self._stored:
             return labels
-        row = self._connection().execute("SELECT labels FROM folded WHERE token = ?", (token,)).fetchone()
+        with self._lock:
+            row = self._connection().execute("SELECT labels FROM folded WHERE token = ?", (token,)).fetchone()
         out = {k: v for k, v in labels.items() if k != FOLDED}
         for k, v in json.loads(row[0]):
             out.setdefault(k, v)
         return out
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None

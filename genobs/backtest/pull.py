@@ -174,6 +174,8 @@ def pull_raw(
     """Copy the raw samples of `selectors` in (start, end] into blocks under `tsdb`. A series
     two selectors match is written once; with `max_series`, more distinct series than that
     (a server whose /series listing said fewer) stop the copy with a BacktestError."""
+    if not selectors:
+        return Copied(0, 0, 0)
     n = max(1, math.ceil((end - start) / window))
     jobs = ((a, b, sel) for a, b in _spans(start, end, window) for sel in selectors)
     writer = BlockWriter(work, tsdb, "window", tools, source.deadline)

@@ -40,19 +40,25 @@ class Plan:
     end: float
     lookback: float  # seconds, the source's query.lookback-delta
     pull_start: float
-    selectors: tuple[Selector, ...]
+    selectors: tuple[Selector, ...]  # every raw selector the rules read
     stats: tuple[SeriesStats, ...]
+    copied: tuple[Selector, ...]  # those alerts and rules above level 0 read: copied
     window: float
     named: frozenset[str]  # the label names the rules read (labels.Folding)
 
     def text(self) -> str:
         windows = max(1, int(-(-(self.end - self.pull_start) // self.window)))
+        copied = sum(s.count for sel, s in zip(self.selectors, self.stats) if sel in self.copied)
         lines = [
             f"range: {when(self.start)} .. {when(self.end)}",
             f"raw history pulled: {when(self.pull_start)} .. {when(self.end)} (warm-up of the longest alert window)",
-            f"{len(self.selectors)} selectors, {sum(s.count for s in self.stats)} series, "
-            f"pulled in {windows} windows of {human(self.window)}:",
-            *(f"  {s.count:>6}  {selector_text(sel)}" for sel, s in zip(self.selectors, self.stats)),
+            f"{len(self.selectors)} selectors, {sum(s.count for s in self.stats)} series; {len(self.copied)} selectors "
+            f"({copied} series) copied in {windows} windows of {human(self.window)}, the others read only by "
+            "recording rules evaluated on the source:",
+            *(
+                f"  {s.count:>6}  {'copied   ' if sel in self.copied else 'on source'}  {selector_text(sel)}"
+                for sel, s in zip(self.selectors, self.stats)
+            ),
         ]
         for rs in self.rulesets:
             recorded = sum(len(level) for level in rs.levels)
@@ -118,8 +124,9 @@ def plan(source: Source, rulesets: list[RuleSet], start: float, end: float, max_
     _check_retention(source, start)
     lookback = _lookback(source, flags)
     rule_start = int(start - max(r.warmup for r in rulesets)) - 600  # and the rules' first interval
-    pull_start = rule_start - max(r.raw_reach for r in rulesets) - lookback
+    pull_start = rule_start - max(r.copy_reach for r in rulesets) - lookback
     selectors = tuple(sorted({(s.name or "", s.matchers): s for r in rulesets for s in r.raw}.values()))
+    copied = tuple(sorted({(s.name or "", s.matchers): s for r in rulesets for s in r.copied}.values()))
     named = named_labels(r.expr for rs in rulesets for r in [*rs.alerts, *(x for lv in rs.levels for x in lv)])
     sizing = Folding(named)
     stats = tuple(series_stats(source, s, pull_start, end, sizing, max_series + 1) for s in selectors)
@@ -129,8 +136,8 @@ def plan(source: Source, rulesets: list[RuleSet], start: float, end: float, max_
             f"and {when(end)}, more than --max-series {max_series}; narrow the spec's selector or models, "
             "shorten the range, or raise --max-series"
         )
-    window = window_seconds(list(stats), SCRAPE_GUESS)
-    return Plan(tuple(rulesets), start, end, lookback, pull_start, selectors, stats, window, named)
+    window = window_seconds([s for sel, s in zip(selectors, stats) if sel in copied], SCRAPE_GUESS)
+    return Plan(tuple(rulesets), start, end, lookback, pull_start, selectors, stats, copied, window, named)
 
 
 def run(source: Source, p: Plan, max_series: int, plot: bool, progress: Progress, doctor: str) -> list[Result]:
@@ -151,10 +158,8 @@ def run(source: Source, p: Plan, max_series: int, plot: bool, progress: Progress
         folding = Folding(p.named, work / "folded.sqlite")
         try:
             copied = pull_raw(
-                source, p.selectors, p.pull_start, p.end, p.window, work, raw, folding, progress, max_series=max_series
+                source, p.copied, p.pull_start, p.end, p.window, work, raw, folding, progress, max_series=max_series
             )
-            if not copied.samples:
-                raise BacktestError(f"no data: {shown} returned no samples between {when(p.pull_start)} and {when(p.end)}")
             progress(
                 f"copied {copied.samples} samples of {copied.series} series "
                 f"(at most {copied.peak_disk / 2**20:.1f} MiB of text on disk at once)"
@@ -177,15 +182,18 @@ def _evaluate(rulesets, levels, raw: Path, work: Path, p: Plan, source: Source, 
     `levels` (the recording rules they read); with `plot`, the signals of those that fired."""
     from genobs.backtest.alerts import evaluate
     from genobs.backtest.plot import signals
-    from genobs.backtest.tsdb import PrivatePrometheus, backfill_levels
+    from genobs.backtest.tsdb import PrivatePrometheus, backfill_levels, record_level
 
     tsdb = work / "tsdb"
     shutil.copytree(raw, tsdb)
     server = PrivatePrometheus(work, tsdb, f"{round(p.lookback * 1000)}ms", source.timeout, source.deadline)
     progress(f"spec {' and '.join(rs.spec for rs in rulesets)}: evaluating")
+    if levels:  # the first level reads raw series only: evaluated where they are, its results copied
+        what = f"level 1/{len(levels)} on {source}"
+        record_level(source, levels[0], p.start, p.end, work, tsdb, folding, progress, what)
     try:
         server.start()
-        backfill_levels(server, levels, p.start, p.end, progress)
+        backfill_levels(server, levels[1:], p.start, p.end, progress, 2, len(levels))
         results = []
         for rs in rulesets:
             episodes = tuple(evaluate(server.source, rs.alerts, p.start, p.end, folding, progress))

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 import secrets
 import shutil
 import socket
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from genobs.backtest.blocks import BacktestError, BlockWriter, tool
@@ -23,6 +26,7 @@ from genobs.backtest.rules import Rule
 from genobs.backtest.source import NO_DEADLINE, Deadline, Source
 from genobs.promhttp import PrometheusError, basic, fetch
 
+RECORDERS = 2  # rules evaluated at once: the server answers one while genobs reads another
 USER = "genobs"
 PRIVATE = "the private Prometheus"  # how messages name it: its loopback URL is no address the user gave
 _PLAIN = Folding()  # the private server's answers are folded already: keys checked, nothing folded
@@ -122,7 +126,15 @@ def rule_begin(rule: Rule, start: float) -> float:
     return start - rule.lead - rule.interval
 
 
-def record(server: Source, rule: Rule, start: float, end: float, out: BlockWriter, folding: Folding = _PLAIN) -> int:
+def record(
+    server: Source,
+    rule: Rule,
+    start: float,
+    end: float,
+    out: BlockWriter,
+    folding: Folding = _PLAIN,
+    stop: threading.Event | None = None,
+) -> int:
     """Evaluate `rule` at each of its evaluations from its begin to `end` and write what it
     records, the rule's labels added (they win, as in Prometheus); returns the samples."""
     first, last = grid(rule_begin(rule, start), rule.interval), grid(end + 1, rule.interval) - rule.interval
@@ -131,7 +143,63 @@ def record(server: Source, rule: Rule, start: float, end: float, out: BlockWrite
         for series in result:
             key = folding.key({**series["metric"], **dict(rule.labels), "__name__": rule.name})
             written += out.write_series(key, series["values"], -math.inf, math.inf)
+        if stop is not None and stop.is_set():
+            break
     return written
+
+
+def record_level(
+    server: Source,
+    rules: tuple[Rule, ...],
+    start: float,
+    end: float,
+    work: Path,
+    blocks: Path,
+    folding: Folding,
+    progress,
+    what: str,
+    workers: int = RECORDERS,
+) -> int:
+    """One level of recording rules evaluated on `server` and written as blocks under `blocks`:
+    `workers` rules at once (the server answers one while genobs reads another), each worker
+    with its own files and promtool runs, which it waits for before it ends (a child dies
+    with the thread that started it). Returns the samples recorded."""
+    todo: queue.SimpleQueue[tuple[int, Rule]] = queue.SimpleQueue()
+    ordered = sorted(rules, key=lambda r: r.name)
+    for n, rule in enumerate(ordered):
+        todo.put((n, rule))
+    stop = threading.Event()
+
+    def worker(w: int) -> int:
+        out = BlockWriter(work, blocks, f"{blocks.name}-{w}-", 1, server.deadline)
+        total = 0
+        try:
+            while not stop.is_set():
+                try:
+                    n, rule = todo.get_nowait()
+                except queue.Empty:
+                    break
+                progress(f"recording rules: {what}, rule {n + 1}/{len(ordered)} {rule.name}")
+                total += record(server, rule, start, end, out, folding, stop)
+            if stop.is_set():
+                out.abort()
+            else:
+                out.close()
+        except BaseException:
+            stop.set()
+            out.abort()
+            raise
+        return total
+
+    pool = ThreadPoolExecutor(max(1, min(workers, len(ordered))), thread_name_prefix="genobs-record")
+    futures = [pool.submit(worker, w) for w in range(max(1, min(workers, len(ordered))))]
+    try:
+        return sum(f.result() for f in futures)
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def backfill_levels(
@@ -140,24 +208,18 @@ def backfill_levels(
     start: float,
     end: float,
     progress,
+    first: int = 1,
+    of: int = 0,
 ) -> None:
     """Recorded series up to `end`, one dependency level per pass, the way `promtool tsdb
     create-blocks-from rules` backfills them (query_range at the group's interval, the
     rule's labels added), written through create-blocks-from openmetrics. A level's inputs
-    are served before it is evaluated."""
+    are served before it is evaluated; `first` is the number of the first level here, of `of`."""
     for n, level in enumerate(levels):
-        rules = sorted(level, key=lambda r: r.name)
-        blocks = server.work / f"level{n}"
+        blocks = server.work / f"level{first + n}"
         blocks.mkdir()
-        out = BlockWriter(server.work, blocks, "recorded", 1, server.deadline)
-        try:
-            for i, rule in enumerate(rules):
-                progress(f"recording rules: level {n + 1}/{len(levels)}, rule {i + 1}/{len(rules)} {rule.name}")
-                record(server.source, rule, start, end, out)
-            out.close()
-        except BaseException:
-            out.abort()
-            raise
+        what = f"level {first + n}/{of or len(levels)}"
+        record_level(server.source, level, start, end, server.work, blocks, _PLAIN, progress, what)
         server.stop()
         for block in blocks.iterdir():
             shutil.move(str(block), server.tsdb / block.name)
