@@ -38,8 +38,10 @@ try:
     main(sys.argv[1:], standalone_mode=False)
 finally:
     status = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
-    kids_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(f"RSS {status} {kids_kib}", file=sys.stderr)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"RSS {status} {kids.ru_maxrss}", file=sys.stderr)
+    print(f"CPU {own.ru_utime + own.ru_stime:.2f} {kids.ru_utime + kids.ru_stime:.2f}", file=sys.stderr)
 """
 
 
@@ -232,6 +234,12 @@ def floor_pull(url: str, start: int, end: int) -> tuple[float, int, int]:
     return time.monotonic() - t0, sum(n for n, _ in done), sum(b for _, b in done)
 
 
+def _cpu(pid: int) -> float:
+    """CPU seconds a process has used (utime + stime)."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _disk(folder: Path) -> int:
     total = 0
     for root, _, files in os.walk(folder):
@@ -274,7 +282,9 @@ def measure(
     try:
         if keep is not None:
             link_blocks(tsdb, keep)
+        cpu0 = _cpu(proc.pid)
         floor_s, floor_samples, floor_bytes = floor_pull(url, start, end) if floor else (0.0, 0, 0)
+        cpu1 = _cpu(proc.pid)
         args = ["backtest", str(SPEC), "--prometheus", url, "--from", str(start), "--to", str(end)]
         args += ["--format", "json", "--max-series", "1000000"]
         out = work / "backtest.json"
@@ -307,6 +317,7 @@ def measure(
                 err.flush()
             child.wait()
         wall = time.monotonic() - t0
+        cpu2 = _cpu(proc.pid)
         stop.set()
         watcher.join()
         if child.returncode != 0:
@@ -317,6 +328,7 @@ def measure(
 
         rss = next(ln for _, ln in lines if ln.startswith("RSS "))
         self_kib, kids_kib = map(int, rss.split()[1:])
+        own_cpu, kids_cpu = map(float, next(ln for _, ln in lines if ln.startswith("CPU ")).split()[1:])
         copied = next((ln.strip() for _, ln in lines if "copied" in ln), "")
         doc = json.loads(out.read_text())
         evaluating = at(": evaluating")
@@ -327,7 +339,9 @@ def measure(
             "pull_s": round(evaluating, 1),
             "levels_s": round(at("alerts: 1/") - evaluating, 1),
             "alerts_s": round(wall - at("alerts: 1/"), 1),
+            "cpu_s": {"genobs": own_cpu, "tools": kids_cpu, "source": round(cpu2 - cpu1, 1)},
             "floor_s": round(floor_s, 1),
+            "floor_source_cpu_s": round(cpu1 - cpu0, 1),
             "floor_samples": floor_samples,
             "floor_mb": round(floor_bytes / 1e6),
             "genobs_peak_mib": round(self_kib / 1024),
