@@ -80,7 +80,7 @@ def leftovers(tmp: Path) -> list[str]:
     return sorted(p.name for p in tmp.iterdir() if p.name.startswith("genobs-backtest-"))
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_sigterm_stops_the_private_prometheus_and_removes_the_copy(tmp_path: Path, signum: int):
     with serving(FakeSource(fleet(sorted({s.name for s in load_rules(CHAT).raw if s.name}), 1))) as url:
         proc = start(tmp_path, url)

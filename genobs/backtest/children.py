@@ -1,10 +1,10 @@
 """The backtest stage's child processes (promtool, the private Prometheus) never outlive it.
 Each starts in its own session, so a terminal's Ctrl-C reaches genobs alone and genobs stops
 them in order; on Linux each asks the kernel to kill it when genobs dies, however it dies
-(PR_SET_PDEATHSIG, checked against a parent that died during the fork). SIGTERM and SIGHUP
-(a CI cancel, `timeout`, Kubernetes) become a `Stopped` exception in genobs, so every
-`finally` of the run stops its children and removes its folder; a folder left by a genobs
-killed with -9 is removed by the next backtest (the scratch sweep)."""
+(PR_SET_PDEATHSIG, checked against a parent that died during the fork). SIGINT, SIGTERM and
+SIGHUP (Ctrl-C, a CI cancel, `timeout`, Kubernetes) become a `Stopped` exception in genobs,
+so every `finally` of the run stops its children and removes its folder; a folder left by a
+genobs killed with -9 is removed by the next backtest (the scratch sweep)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ _LIBC = _libc() if os.uname().sysname == "Linux" else None
 
 
 class Stopped(BaseException):
-    """genobs received SIGTERM or SIGHUP; a BaseException, so that no `except Exception` keeps going."""
+    """genobs received SIGINT, SIGTERM or SIGHUP; a BaseException, so that no `except Exception` keeps going."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -68,13 +68,13 @@ def stop_child(proc: subprocess.Popen, grace: float = 30.0) -> None:
 
 @contextlib.contextmanager
 def stopped_by_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise Stopped in the main thread while the block runs."""
+    """SIGINT, SIGTERM and SIGHUP raise Stopped in the main thread while the block runs."""
 
     def handler(signum: int, frame: object) -> None:
         raise Stopped(signum)
 
     saved = {}
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         try:
             saved[signum] = signal.signal(signum, handler)
         except ValueError:  # not the main thread (an embedding program): its own handlers stay
