@@ -285,6 +285,10 @@ def test_scrape_config_diet_and_remote_write_need_a_good_spec(tmp_path: Path):
     assert f"{bad}:" in result.stderr and "output.tenants" in result.stderr
     result = runner.invoke(main, ["scrape-config", "--remote-write", "vm:8428", str(CHAT)])
     assert result.exit_code == 2 and "http(s) URL" in result.output
+    for url in ("http://vm:8428/api\x1b[2K/write", "http://vm:8428/\x00", "http://vm:8428/\u202e", "http://vm\t:8428"):
+        result = runner.invoke(main, ["scrape-config", "--remote-write", url, str(CHAT)])
+        assert result.exit_code == 2 and "http(s) URL" in result.output, url
+        assert not any(ord(c) < 32 and c != "\n" for c in result.output) and "\u202e" not in result.output
 
 
 def test_scrape_config_diet_keeps_the_read_families_after_the_rename():
