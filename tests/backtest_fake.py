@@ -2,7 +2,8 @@
 what a real one cannot easily hold: long labels, hostile answers, an echo of the credentials.
 It answers status/flags, status/runtimeinfo, series and range-selector queries (the raw
 pull) from a list of label sets, one sample every `scrape` seconds at any time; query_range
-(rules evaluated on the source) answers from the same series. `answers` replaces the answer
+(rules evaluated on the source) answers from the same series, keeping the labels of the
+expression's first `by (...)` as an aggregation would. `answers` replaces the answer
 of an endpoint: a function of the request that returns (status, body)."""
 
 from __future__ import annotations
@@ -61,11 +62,15 @@ class FakeSource:
             first, last, step = (float(req.params[k]) for k in ("start", "end", "step"))
             times = [first + i * step for i in range(int((last - first) / step) + 1)]
             expr = req.params.get("query", "")
-            result = [
-                {"metric": {k: v for k, v in s.items() if k != "__name__"}, "values": [[t, "1"] for t in times]}
-                for s in self.series
-                if s.get("__name__", "") + "{" in expr
-            ]
+            # the labels an aggregation keeps (its first `by (...)`), as a real server would give them
+            by = re.search(r"\bby \(([^)]*)\)", expr)
+            keep = {k.strip() for k in by.group(1).split(",")} if by else None
+            metrics: dict[tuple, dict[str, str]] = {}
+            for s in self.series:
+                if s.get("__name__", "") + "{" in expr:
+                    labels = {k: v for k, v in s.items() if k != "__name__" and (keep is None or k in keep)}
+                    metrics.setdefault(tuple(sorted(labels.items())), labels)
+            result = [{"metric": m, "values": [[t, "1"] for t in times]} for m in metrics.values()]
             return 200, ok({"resultType": "matrix", "result": result})
         return 404, b'{"status":"error","error":"not found"}'
 
