@@ -212,14 +212,21 @@ def test_remote_write_filter_keeps_every_series_the_global_rules_read():
         selectors = [
             sel for g in tiers.split(plan).global_ for r in g.rules for sel in q.vector_selectors(r.expr)
         ]
-        for name, labels in exposition:
-            kept = keep.fullmatch(f"{name};{labels.get('le', '')}") is not None
-            read = any(
-                sel.name == name
-                and all(re.fullmatch(v, labels.get(k, "")) for k, op, v in sel.matchers if k == "le" and op == "=~")
-                for sel in selectors
-            )
-            assert kept == read, (spec.stem, name, labels.get("le"))
+        target = yaml.safe_load(spec.read_text())["service"]["selector"]  # the scrape's target labels
+        for name, own in exposition:
+            for labels in ({**own, **target}, {**own, **target, "job": "node-exporter"}):
+                value = relabel["separator"].join({"__name__": name, **labels}.get(k, "") for k in relabel["source_labels"])
+                kept = keep.fullmatch(value) is not None
+                read = any(
+                    sel.name == name
+                    and all(  # the bucket bound it reads and its selector's fixed labels (a model list is not filtered)
+                        re.fullmatch(v, labels.get(k, "")) if op == "=~" else labels.get(k, "") == v
+                        for k, op, v in sel.matchers
+                        if op == "=" or (k == "le" and op == "=~")
+                    )
+                    for sel in selectors
+                )
+                assert kept == read, (spec.stem, name, labels.get("le"), labels.get("job"))
 
 
 def test_build_edge_and_global_tiers(tmp_path: Path, promtool: str):

@@ -3,6 +3,7 @@ until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
+import errno
 import math
 import signal
 import sys
@@ -14,6 +15,17 @@ from genobs.catalog import ENGINES, GATEWAYS, load_catalog
 
 from .scenarios import DESCRIPTIONS, SCENARIOS, parse_model_spec
 from .simulator import DEFAULT_CLIENT_TIMEOUT, DEFAULT_VERSION, ROLES, Simulator
+
+
+def _bind_error(exc: OSError, port: int, addr: str) -> click.BadParameter:
+    """What made binding fail, on the option that caused it: a port in use, or an address this
+    machine does not have or cannot parse."""
+    if exc.errno == errno.EADDRINUSE:
+        return click.BadParameter(f"port {port} is in use on {addr}; pick another, or 0 for any free port", param_hint="'--port'")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return click.BadParameter(f"binding port {port} is not allowed here ({exc.strerror})", param_hint="'--port'")
+    reason = exc.strerror or str(exc)
+    return click.BadParameter(f"cannot serve on {addr!r}: {reason} (an address of this machine, e.g. 127.0.0.1 or ::1)", param_hint="'--addr'")
 
 
 def _models(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -215,7 +227,10 @@ def simulate(
 
     previous = {sig: signal.signal(sig, _handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        sim.start(port=port, addr=addr)
+        try:
+            sim.start(port=port, addr=addr)
+        except OSError as exc:
+            raise _bind_error(exc, port, addr) from None
         listing = ", ".join(f"{m}={s}" for m, s in sim.models.items())
         if role is not None:
             listing += f"; {role} server"

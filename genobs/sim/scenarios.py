@@ -152,6 +152,9 @@ def parse_model_spec(text: str) -> tuple[str, str]:
     name, scenario = name.strip(), (scenario.strip() if sep else "healthy")
     if not name:
         raise ValueError(f"empty model name in {text!r} (expected NAME=SCENARIO)")
+    if any(not c.isprintable() for c in name):
+        # a label value with a newline or escape breaks the exposition and every line that prints it
+        raise ValueError(f"model name {name!r} holds a control character (a newline, tab or escape)")
     if scenario not in DESCRIPTIONS:
         raise ValueError(f"unknown scenario {scenario!r} in {text!r}; known: {', '.join(SCENARIOS)}")
     return name, scenario
