@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from genobs import data as data_files
-from genobs import naming
+from genobs import naming, translations
 
 Version = tuple[int, int, int]
 
@@ -399,8 +399,6 @@ def load_catalog(engine: str = "vllm", translation: str | None = None) -> Catalo
     `translation` (None: the profile's default; genobs.translations)."""
     raw = data_files.load(f"{engine}.yaml")
     if "translations" in raw:
-        from genobs import translations
-
         raw = translations.translate(raw, translation)
     elif translation is not None:
         raise ValueError(f"{engine} has no name translations")
