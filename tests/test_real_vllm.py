@@ -12,6 +12,7 @@ The phases run in file order on one server (about 8 minutes): `pytest -m real_en
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -256,6 +257,8 @@ def test_client_timeouts_and_length_finishes_warn(stack: Stack) -> None:
     abort = stack.watcher.wait("VllmAbortRatioHigh", ACTIVE, since, timeout=WINDOW + 30)
     length = stack.watcher.wait("VllmLengthFinishRatioHigh", ACTIVE, since, timeout=WINDOW + 30)
     unfinished = stack.series("genobs:requests_unfinished:rate1m")
+    with contextlib.suppress(TimeoutError):  # enough give-ups to count, however fast the alerts were
+        poll(lambda: giving_up.stats["timeout"] >= 10, time.monotonic() + 30, 0.5, "ten client timeouts")
     stack.quiet(drain=10)
     body1 = stack.server.metrics()
     aborts = sample(body1, "vllm:request_success_total", finished_reason="abort") - sample(
