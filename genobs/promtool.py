@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +31,8 @@ def _env() -> dict[str, str]:
 
 
 def _run(args: list[str], cwd: Path | None = None) -> Result:
+    import subprocess  # here: a build without checks never starts a process
+
     exe = find()
     if exe is None:
         return Result(False, "promtool not found on PATH")
