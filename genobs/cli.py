@@ -181,6 +181,7 @@ def build(
     try:
         from genobs import build as pipeline
         from genobs import promtool
+        from genobs.checks import Checks
         from genobs.writer import SwapFailed, WriteRefused
 
         pipeline.freeze_imports()
@@ -190,7 +191,7 @@ def build(
     run_checks = not no_check
     promtool_missing = run_checks and promtool.find() is None
     with contextlib.ExitStack() as stack:
-        checks = stack.enter_context(pipeline.Checks()) if run_checks and not promtool_missing else None
+        checks = stack.enter_context(Checks()) if run_checks and not promtool_missing else None
         try:
             outputs = pipeline.render_all(
                 list(specs), kubernetes=kubernetes or None, on_output=checks.submit if checks else None, tier=tier
