@@ -116,7 +116,7 @@ def test_kv_transfer_alert_fires_on_a_real_prometheus(tmp_path: Path) -> None:
             # evaluated again, and every alert has read series computed from full data
             for _ in range(3):
                 since = datetime.now(timezone.utc)
-                poll(lambda: evaluated_since(prom, since), time.monotonic() + 60, 0.5, "an evaluation over full data")
+                poll(lambda since=since: evaluated_since(prom, since), time.monotonic() + 60, 0.5, "an evaluation over full data")
             full = datetime.now(timezone.utc)
             healthy_end = started + FAULT_AFTER - 1
             if healthy_end - full.timestamp() < HEALTHY_AT_LEAST:
