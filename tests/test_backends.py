@@ -15,7 +15,8 @@ import yaml
 from click.testing import CliRunner
 
 from genobs import promql as q
-from genobs.build import check_backend_rules, render_spec
+from genobs.build import render_spec
+from genobs.checks import check_backend_rules
 from genobs.cli import main
 from genobs.compiler import load_plan
 from genobs.plan import tiers
