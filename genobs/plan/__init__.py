@@ -23,6 +23,7 @@ from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry
 from genobs.plan.recorder import Recorder
 from genobs.plan.recording import build_recording
+from genobs.plan.where import Where
 from genobs.units import format_seconds, prom_duration_seconds
 
 # feature -> (logical metric whose presence it needs, human explanation)
@@ -130,21 +131,22 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
                 ("service", "roles", "label"), f"{roles.label!r} is fixed by service.selector; the pools cannot differ"
             )
         )
-    group = list(spec.service.group_by)
-    group += [k for k in spec.service.selector if k not in group]
-    cluster = spec.service.cluster_label
     # one backend, many clusters: the cluster is a grouping label like the others, and a dashboard variable
-    group += [cluster] if cluster and cluster not in group else []
-    variables = [*spec.service.group_by, *([cluster] if cluster and cluster not in spec.service.group_by else [])]
+    where = Where(
+        group_by=tuple(spec.service.group_by),
+        fixed=tuple(spec.service.selector),
+        cluster=spec.service.cluster_label,
+        role=roles.label if roles is not None and "disaggregated_prefill" in features else None,
+        rank=catalog.rank_label if catalog.has_rank_label(version) else None,
+        schedulers=catalog.scheduler_labels,
+    )
     return Context(
         catalog=catalog,
         version=version,
         dialect=spec.service.metric_names,
         selector=tuple(spec.service.selector.items()),
         models=tuple(spec.service.models),
-        group=tuple(group),
-        variables=tuple(variables),
-        cluster=cluster,
+        where=where,
         window=spec.rate_window,
         min_request_rate=spec.service.min_request_rate,
         features=frozenset(features),

@@ -81,15 +81,13 @@ def gateway_context(doc, ctx: Context, problems: list[Problem]) -> Context | Non
             doc.problem(("gateway", "selector"), "is service.selector itself; the gateway is scraped under its own job")
         )
         return None
-    group = [label for label in doc.spec.service.group_by if label != "instance"]
-    group += [k for k in gw.selector if k not in group]
     return replace(
         ctx,
         catalog=catalog,
         version=version,
         dialect="colon",
         selector=tuple(gw.selector.items()),
-        group=tuple(group),
+        where=ctx.where.at(tuple(gw.selector)),
         features=frozenset(),
         roles=None,
         other_version=None,

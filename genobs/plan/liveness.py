@@ -15,21 +15,19 @@ from genobs.units import prom_duration_seconds
 
 def replica_labels(ctx: Context) -> tuple[str, ...]:
     """A replica: the spec's grouping labels plus the scrape target (`instance`)."""
-    return tuple(dict.fromkeys((*ctx.group, "instance")))
+    return ctx.where.replica
 
 
 def engine_labels(ctx: Context) -> tuple[str, ...]:
     """One engine (data-parallel rank) of a replica: its own KV pool and scheduler queue. vLLM
     labels engine series with `engine` from 0.8.3; before, a replica has one engine."""
-    if ctx.rank_label is not None:
-        return (*replica_labels(ctx), ctx.rank_label)
-    return replica_labels(ctx)
+    return ctx.where.engine
 
 
 def scheduler_labels(ctx: Context) -> tuple[str, ...]:
     """One scheduler of a replica, on the gauges that carry its labels: the engine's labels, plus
     the profile's per-scheduler labels where the engine has no shared rank label (SGLang dp_rank)."""
-    return tuple(dict.fromkeys((*engine_labels(ctx), *ctx.catalog.scheduler_labels)))
+    return ctx.where.scheduler
 
 
 def per_scheduler_progress(ctx: Context) -> bool:
@@ -293,18 +291,18 @@ def record_unfinished(r: Recorder) -> None:
 
 def target_labels(ctx: Context) -> tuple[str, ...]:
     """Labels of a scrape job's targets taken together: the process labels without `instance`."""
-    return tuple(label for label in ctx.process_group if label != "instance")
+    return ctx.where.targets
 
 
 def pool_label(ctx: Context) -> tuple[str, ...]:
     """The role label of a disaggregated fleet's pools (prefill and decode queue differently)."""
-    return (ctx.roles[0],) if ctx.roles is not None and ctx.role("prefill") else ()
+    return ctx.where.pool
 
 
 def capacity_labels(ctx: Context) -> tuple[str, ...]:
     """Targets judged together for lost capacity: the job's, per pool on a P/D fleet (every request
     needs both pools, so a lost prefill pool is an outage however few of the targets it is)."""
-    return tuple(dict.fromkeys((*target_labels(ctx), *pool_label(ctx))))
+    return ctx.where.capacity
 
 
 # A target counts as serving capacity once it has been up within this window: a pod that an
