@@ -17,7 +17,7 @@ from genobs.testgen.unittests import build_unit_tests
 def build_plan(doc: SpecDocument) -> Plan:
     """The Plan of a loaded spec, its generated unit tests and their notes included."""
     a = assemble(doc)
-    unit_tests, notes = build_unit_tests(a.ctx, a.rec, a.tested, a.plan.name)
+    unit_tests, notes = build_unit_tests(a.ctx, a.rec, a.tested, a.plan.name, frozenset(a.plan.global_slos))
     if a.cap is not None and a.cap_group is not None:
         unit_tests += build_capacity_tests(a.ctx, a.cap, a.tested[0], a.cap_group, a.plan.name)
     return replace(a.plan, unit_tests=unit_tests, warnings=a.plan.warnings + tuple(notes))

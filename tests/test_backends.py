@@ -335,6 +335,24 @@ def test_global_slo_sums_the_clusters_and_runs_on_the_global_tier(tmp_path: Path
     assert other and all("cluster" in labels for r in other for labels in re.findall(r"\bby \(([^)]*)\)", r.expr))
 
 
+def test_global_slo_with_clusters_builds_with_its_checks(tmp_path: Path, promtool: str):
+    """The generated tests expect a global SLO's series and alerts without the cluster label,
+    as its rules record them (they expected the cluster and `build` refused the spec)."""
+    data = yaml.safe_load(CHAT.read_text())
+    data["service"]["cluster_label"] = "cluster"
+    data["slos"][0]["scope"] = "global"
+    spec = tmp_path / "chat.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(main, ["build", "--strict", "-o", str(tmp_path / "out"), str(spec)])
+    assert result.exit_code == 0, result.output
+    tests = yaml.safe_load((tmp_path / "out" / "chat" / "prometheus" / "tests" / "alerts.test.yaml").read_text())
+    fired = [(t["alertname"], a["exp_labels"]) for g in tests["tests"] for t in g["alert_rule_test"] for a in t["exp_alerts"]]
+    burns = [labels for name, labels in fired if name.startswith("SloFirstToken")]
+    others = [labels for name, labels in fired if not name.startswith("SloFirstToken")]
+    assert burns and all("cluster" not in labels for labels in burns)
+    assert others and all(labels["cluster"] == "cluster-a" for labels in others)
+
+
 def test_thanos_prometheusrule_carries_the_strategy(tmp_path: Path, promtool: str):
     """prometheus-operator's PrometheusRule has partial_response_strategy for a ThanosRuler."""
     spec = spec_with(tmp_path, name="chat-thanos-k8s", backend="thanos")
