@@ -981,7 +981,12 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
     "state": "serving",  # serving | down (the EPP's target fails its scrape)
     "overhead": 0.01,  # seconds the gateway adds to every request's TTFT and duration (routing, hop)
     "errors": 0.0,  # share of requests the gateway answers with an error (error_code ModelServerError)
-    "rejected": 0.0,  # per second: rejected before the body is parsed (error counter only, error_code BadRequest)
+    # per second: rejected before the body is parsed, no endpoint can take it (error counter only,
+    # error_code ServiceUnavailable)
+    "rejected": 0.0,
+    # share of requests answered with a client error (4xx: half error_code BadRequest, half NotFound,
+    # an unknown model); the EPP counts them in its request and error counters
+    "client_errors": 0.0,
     "streaming": 0.8,  # share of streaming requests (TTFT of the others is their whole duration)
 }
 
@@ -1115,7 +1120,10 @@ class GatewaySeries:
             self._add(gen["requests"], req, total)
             err = self._labels(gen)
             self._add(gen["errors"], (*err, ("error_code", "ModelServerError")), total * float(p["errors"]))
-            self._add(gen["errors"], (*err, ("error_code", "BadRequest")), float(p["rejected"]) * dt)
+            client = total * float(p["client_errors"]) / 2
+            self._add(gen["errors"], (*err, ("error_code", "ServiceUnavailable")), float(p["rejected"]) * dt)
+            self._add(gen["errors"], (*err, ("error_code", "BadRequest")), client)
+            self._add(gen["errors"], (*err, ("error_code", "NotFound")), client)
             self._hist(gen["duration"], self._labels(gen), self.duration, e2e_parts)
             if "ttft" in gen:
                 lab = self._labels(gen)
