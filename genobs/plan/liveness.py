@@ -310,14 +310,30 @@ def capacity_labels(ctx: Context) -> tuple[str, ...]:
 SERVED_WINDOW = "1h"
 
 
+def targets_up(ctx: Context) -> str:
+    """`up` of the targets behind the selector, each with its pool role on a P/D fleet. The role
+    comes from the engine's own series, the one each target last exported within SERVED_WINDOW
+    (a down target exports nothing): an engine may write it on its series only, not as a target
+    label (SGLang's engine_type), and `up` carries target labels alone."""
+    up = ctx.up()
+    if ctx.where.role is None:
+        return up
+    target = ctx.where.process
+    engine = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
+    roles = f"group {q.by((*target, ctx.where.role))} (last_over_time({engine}[{SERVED_WINDOW}]))"
+    return f"({up} * {q.on(target)} group_left ({ctx.where.role}) {roles})"
+
+
 def record_targets_down(r: Recorder) -> None:
     """Share of the targets that served within SERVED_WINDOW and are down now, per pool (1 when
     none is up). A new target that never became ready is not lost capacity (TargetDown
     still warns about it); a target gone from service discovery (scale-in) is not either."""
     ctx = r.ctx
-    by, up = capacity_labels(ctx), ctx.up()
+    by, up = capacity_labels(ctx), targets_up(ctx)
     # each target's `up` now, for the targets that served (one read of the hour): 1 - its mean
-    served = f"{up} and (max_over_time({up}[{SERVED_WINDOW}]) == 1)"
+    served = f"{up} and {q.on(ctx.where.process)} (max_over_time({ctx.up()}[{SERVED_WINDOW}]) == 1)"
+    if ctx.where.role is None:
+        served = f"{up} and (max_over_time({up}[{SERVED_WINDOW}]) == 1)"
     ratio = f"1 - avg {q.by(by)} ({served})"
     none_up = f"{q.sum_by(by, up)} == 0"
     r.add("process_targets_down_ratio", "serving_targets_lost", "ratio", f"{ratio} or ({none_up}) + 1")
