@@ -368,12 +368,13 @@ def test_alert_state_machine_agrees_with_promtool(tmp_path: Path, promtool: str,
 
 
 @pytest.mark.parametrize("backend", ["victoriametrics", "thanos", "mimir"])
-def test_backtest_reads_each_rule_once_whatever_the_backend(backend: str, tmp_path: Path):
+@pytest.mark.parametrize("tier", ["all", "global"])
+def test_backtest_reads_each_rule_once_whatever_the_backend(backend: str, tier: str, tmp_path: Path):
     """A backend's copies of the groups (vmalert/, thanos/, mimir/) are the same rules: read
-    once, or every alert counts twice and pages per day double."""
+    once, or every alert counts twice and pages per day double; a tiered spec is backtested whole."""
     data = yaml.safe_load(SPEC.read_text())
     plain = load_rules(SPEC)
-    data["output"] = {"backend": backend}
+    data["output"] = {"backend": backend, "tier": tier}
     spec = tmp_path / "chat.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     found = load_rules(spec)
