@@ -99,7 +99,8 @@ def render_spec(path: Path, kubernetes: bool | None = None, tier: str | None = N
     else:
         files["alertmanager/inhibit-rules.yaml"] = dump_yaml({"inhibit_rules": list(plan.inhibit_rules)}, plan.name)
         files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
-        files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
+        read = tiers.global_runbook(plan) if tier == "global" else plan
+        files["RUNBOOK.md"] = render_runbook(read, plan.name).encode("utf-8")
     files[MARKER] = marker(plan.name)
     if kubernetes or doc.spec.kubernetes.enabled:
         from genobs.k8s import KubernetesOptions, kubernetes_files
