@@ -495,7 +495,10 @@ def assemble(doc: SpecDocument) -> Assembly:
         unobservable=ctx.catalog.not_observable,
         approximations=ctx.catalog.approximate,
     )
-    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, [a for a in plan.alerts if not gw or a not in gw.alerts]) + (gw.inhibit if gw else ()))
+    # the pods' inhibitions name the pods' alerts (the gateway's carry the gateway's selector)
+    at_gateway = {a.name for a in gw.alerts} if gw else set()
+    pod_alerts = [a for a in plan.alerts if a.name not in at_gateway]
+    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, pod_alerts) + (gw.inhibit if gw else ()))
     return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)
 
 

@@ -18,7 +18,7 @@ from genobs import naming
 from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem
-from genobs.plan import liveness
+from genobs.plan import gateway_liveness, liveness
 from genobs.plan.alerts import Resolved, format_threshold, labels_template, signal_data
 from genobs.plan.context import Context
 from genobs.plan.model import (
@@ -156,6 +156,7 @@ def _record(gctx: Context) -> Recorder:
         pool = tuple(label for label in g if label != "model_name") + ("name",)
         ready = gctx.raw("pool_ready_endpoints", models=False)
         r.add("pool_ready", "gateway_pool_ready_endpoints", "max", q.max_by(pool, ready))
+    gateway_liveness.record(r)
     return r
 
 
@@ -425,12 +426,14 @@ def build_gateway(
 ) -> GatewayPlan:
     r = _record(gctx)
     alerts = _alerts(gctx, r, resolved_all, base_url, team)
+    live = gateway_liveness.build(gctx, r, resolved_all, base_url, team)
+    row = _row(gctx, r, pod_names, ctx)
     return GatewayPlan(
         ctx=gctx,
-        rules=(*r.rules, *alerts),
-        alerts=tuple(alerts),
-        row=_row(gctx, r, pod_names, ctx),
-        runbook=_runbook(gctx, ctx, alerts),
+        rules=(*r.rules, *alerts, *live.alerts),
+        alerts=(*alerts, *live.alerts),
+        row=replace(row, panels=(*row.panels, live.panel)),
+        runbook=_runbook(gctx, ctx, alerts) + live.runbook,
         inhibit=_inhibit(gctx, ctx, alerts),
         taken_over=covered(gctx),
         raw=frozenset(gctx.catalog.names_for(gctx.version)),
@@ -533,4 +536,7 @@ def merge_slos(first, second):
 
 
 def with_inhibit(gw: GatewayPlan, ctx: Context, burns: list[AlertRule]) -> GatewayPlan:
-    return replace(gw, inhibit=_inhibit(gw.ctx, ctx, list(gw.alerts), tuple(burns)))
+    """The gateway's inhibitions, with the burns of the SLOs read at the gateway: those of the
+    alerts that take over a pod alert (the gateway's own liveness alerts silence nothing)."""
+    took = [a for a in gw.alerts if a.name in gateway_data()["alerts"]]
+    return replace(gw, inhibit=_inhibit(gw.ctx, ctx, took, tuple(burns)))
