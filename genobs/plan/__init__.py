@@ -384,6 +384,8 @@ class Assembly:
     tested: tuple[RuleGroup, ...]  # the groups the alert tests load (all but the capacity group)
     cap: CapacityPlan | None
     cap_group: RuleGroup | None
+    # the gateway's own groups, its context and recorded names: its alerts get tests of their own
+    gateway: tuple[Context, Recorder, tuple[RuleGroup, ...]] | None = None
 
 
 def _gateway_row(gw) -> tuple:
@@ -452,11 +454,14 @@ def assemble(doc: SpecDocument) -> Assembly:
     keep = pages.hold(next((r.for_ for r in resolved if r.key == "ServingCapacityLost"), None), spec.evaluation_interval)
     groups = pages.with_hold(groups, keep)
     tested = groups
-    if gw is not None:  # checked by scenarios through promtool (tests/scenarios/gateway_*.yaml), not generated tests
+    tested_gateway = None
+    if gw is not None:  # the gateway's groups read its own series only: tested on their own
         gw_rules = links.with_dashboard_urls(gw.rules, grafana, dashboard)
         gw_groups = (RuleGroup(naming.group(spec.name, "gateway"), spec.evaluation_interval, gw_rules),)
         gw_groups += gateway.slo_groups(spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard))
-        groups += pages.with_hold(gw_groups, keep)
+        gw_groups = pages.with_hold(gw_groups, keep)
+        groups += gw_groups
+        tested_gateway = (gw.ctx, gateway.recorder(gw), gw_groups)
     cap_group = None
     if cap is not None:
         cap_group = pages.with_hold((RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep)[0]
@@ -499,7 +504,7 @@ def assemble(doc: SpecDocument) -> Assembly:
     at_gateway = {a.name for a in gw.alerts} if gw else set()
     pod_alerts = [a for a in plan.alerts if a.name not in at_gateway]
     plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, pod_alerts) + (gw.inhibit if gw else ()))
-    return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)
+    return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group, gateway=tested_gateway)
 
 
 __all__ = ["Assembly", "assemble", "plan_problems"]

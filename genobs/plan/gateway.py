@@ -441,6 +441,23 @@ def build_gateway(
     )
 
 
+def recorder(gw: GatewayPlan) -> Recorder:
+    """The gateway's recorded names behind a Recorder, as the generated tests read them."""
+    r = Recorder(gw.ctx)
+    r.names = dict(gw.names)
+    return r
+
+
+def probe_keys() -> dict[str, str]:
+    """Each gateway alert -> the engine-neutral key of the pod alert whose fault makes it fire
+    (the one it takes over, or whose levels it reads): the generated tests' probes."""
+    data = gateway_data()
+    return {
+        **{name: a["takes_over"] for name, a in data["alerts"].items()},
+        **{name: a["levels_of"] for name, a in data["liveness"].items()},
+    }
+
+
 def layer(gw: GatewayPlan, raw: frozenset[str]) -> GatewayLayer:
     """What the live-Prometheus commands need of the gateway; `raw`: every raw name the plan reads."""
     g = gw.ctx

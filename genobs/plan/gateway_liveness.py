@@ -8,8 +8,10 @@ service discovery counts as lost too: unlike a pod, a gateway does not scale in 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+from genobs import data as data_files
 from genobs import naming
 from genobs import promql as q
 from genobs.plan.alerts import Resolved, format_threshold, labels_template, signal_data
@@ -21,10 +23,9 @@ from genobs.plan.recorder import Recorder
 PANEL = "Gateway targets up"
 
 
+@functools.cache
 def _data() -> dict:
-    from genobs.plan.gateway import gateway_data
-
-    return gateway_data()["liveness"]
+    return data_files.load("gateway.yaml")["liveness"]
 
 
 @dataclass(frozen=True)
