@@ -452,19 +452,20 @@ def assemble(doc: SpecDocument) -> Assembly:
     if cap is not None:
         cap = replace(cap, rules=links.with_dashboard_urls(cap.rules, grafana, dashboard))
     keep = pages.hold(next((r.for_ for r in resolved if r.key == "ServingCapacityLost"), None), spec.evaluation_interval)
-    groups = pages.with_hold(groups, keep)
+    other = pages.slack(spec.evaluation_interval)
+    groups = pages.with_hold(groups, keep, other)
     tested = groups
     tested_gateway = None
     if gw is not None:  # the gateway's groups read its own series only: tested on their own
         gw_rules = links.with_dashboard_urls(gw.rules, grafana, dashboard)
         gw_groups = (RuleGroup(naming.group(spec.name, "gateway"), spec.evaluation_interval, gw_rules),)
         gw_groups += gateway.slo_groups(spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard))
-        gw_groups = pages.with_hold(gw_groups, keep)
+        gw_groups = pages.with_hold(gw_groups, keep, other)
         groups += gw_groups
         tested_gateway = (gw.ctx, gateway.recorder(gw), gw_groups)
     cap_group = None
     if cap is not None:
-        cap_group = pages.with_hold((RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep)[0]
+        cap_group = pages.with_hold((RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep, other)[0]
         groups += (cap_group,)
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
     raw = _raw_metrics(groups, ctx, recorded, (cap.known if cap else frozenset()) | (gw.raw if gw else frozenset()))
