@@ -71,13 +71,20 @@ def render_spec(path: Path, kubernetes: bool | None = None, tier: str | None = N
     remote_write filter, global the rest with the dashboard, runbook and inhibit rules; the
     promtool unit tests need every rule and come with `all` only."""
     from genobs.compiler import load_plan
+
+    doc, plan = load_plan(path)
+    return render_plan(doc, plan, path, kubernetes, tier)
+
+
+def render_plan(doc, plan, path: Path, kubernetes: bool | None = None, tier: str | None = None) -> Output:
+    """render_spec's files from a spec already loaded and planned (`doc`, `plan`): several
+    renderings of one plan (backends, tiers) share its planning and test generation."""
     from genobs.plan import tiers
     from genobs.render.backends import backend_files
     from genobs.render.dashboard import render_dashboard
     from genobs.render.rules import render_rule_files
     from genobs.render.runbook import render_runbook
 
-    doc, plan = load_plan(path)
     tier = tier or doc.spec.output.tier
     groups = tiers.groups_of(plan, tier)
     files: dict[str, bytes] = {}
@@ -95,7 +102,8 @@ def render_spec(path: Path, kubernetes: bool | None = None, tier: str | None = N
     else:
         files["alertmanager/inhibit-rules.yaml"] = dump_yaml({"inhibit_rules": list(plan.inhibit_rules)}, plan.name)
         files[f"grafana/{plan.dashboard.uid}.json"] = dump_json(render_dashboard(plan.dashboard))
-        files["RUNBOOK.md"] = render_runbook(plan, plan.name).encode("utf-8")
+        read = tiers.global_runbook(plan) if tier == "global" else plan
+        files["RUNBOOK.md"] = render_runbook(read, plan.name).encode("utf-8")
     files[MARKER] = marker(plan.name)
     if kubernetes or doc.spec.kubernetes.enabled:
         from genobs.k8s import KubernetesOptions, kubernetes_files

@@ -17,7 +17,12 @@ from genobs.testgen.unittests import build_unit_tests
 def build_plan(doc: SpecDocument) -> Plan:
     """The Plan of a loaded spec, its generated unit tests and their notes included."""
     a = assemble(doc)
-    unit_tests, notes = build_unit_tests(a.ctx, a.rec, a.tested, a.plan.name)
+    overall = frozenset(a.plan.global_slos)
+    unit_tests, notes = build_unit_tests(a.ctx, a.rec, a.tested, a.plan.name, overall)
+    if a.gateway is not None:  # the gateway's alerts, on the gateway's own series
+        gctx, grec, groups = a.gateway
+        more, more_notes = build_unit_tests(gctx, grec, groups, a.plan.name, overall, layer="gateway")
+        unit_tests, notes = unit_tests + more, notes + more_notes
     if a.cap is not None and a.cap_group is not None:
         unit_tests += build_capacity_tests(a.ctx, a.cap, a.tested[0], a.cap_group, a.plan.name)
     return replace(a.plan, unit_tests=unit_tests, warnings=a.plan.warnings + tuple(notes))

@@ -415,7 +415,8 @@ class Fleet:
             out.extend(self._other(o))
         if self.gateway is not None:
             kind = DynamoSeries if isinstance(self.gateway, DynamoModel) else GatewaySeries
-            out.extend(kind(self, self.gateway).build())
+            for i, target in enumerate(gateway_targets(self, self.gateway)):
+                out.extend(kind(self, self.gateway, target, i).build())
         return [{"series": s.text(), "values": encode(s.values)} for s in out]
 
     @staticmethod
@@ -981,7 +982,12 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
     "state": "serving",  # serving | down (the EPP's target fails its scrape)
     "overhead": 0.01,  # seconds the gateway adds to every request's TTFT and duration (routing, hop)
     "errors": 0.0,  # share of requests the gateway answers with an error (error_code ModelServerError)
-    "rejected": 0.0,  # per second: rejected before the body is parsed (error counter only, error_code BadRequest)
+    # per second: rejected before the body is parsed, no endpoint can take it (error counter only,
+    # error_code ServiceUnavailable)
+    "rejected": 0.0,
+    # share of requests answered with a client error (4xx: half error_code BadRequest, half NotFound,
+    # an unknown model); the EPP counts them in its request and error counters
+    "client_errors": 0.0,
     "streaming": 0.8,  # share of streaming requests (TTFT of the others is their whole duration)
 }
 
@@ -1008,32 +1014,59 @@ class GatewayModel:
         self.namespace = data.pop("namespace", selector.get("namespace", namespace))
         self.pool = data.pop("pool", pool)  # the InferencePool's name (label `name` of the pool gauges)
         self.traffic = {**GATEWAY_DEFAULTS, **(data.pop("traffic", {}) or {})}
-        self.events = []
-        for e in data.pop("events", []) or []:
-            unknown = set(e.get("set", {})) - set(GATEWAY_DEFAULTS)
-            if unknown:
-                raise ValueError(f"unknown gateway traffic fields {sorted(unknown)}")
-            self.events.append((seconds(e.get("from", 0)), seconds(e["to"]) if "to" in e else 10**9, e.get("set", {})))
+        self.split_by, self.events = _gateway_events(data, GATEWAY_DEFAULTS, "gateway")
         if data:
             raise ValueError(f"unknown gateway fields: {', '.join(sorted(data))}")
 
-    def at(self, t: int) -> dict[str, Any]:
+    def at(self, t: int, value: str | None = None) -> dict[str, Any]:
+        """The traffic of the gateway (of the one in front of the replicas labelled `value`)."""
         p = dict(self.traffic)
-        for start, end, patch in self.events:
-            if start <= t < end:
+        for start, end, only, patch in self.events:
+            if start <= t < end and only in (None, value):
                 p.update(patch)
         return p
+
+
+def _gateway_events(data: dict, defaults: dict, what: str) -> tuple[str | None, list]:
+    """`split_by` (one gateway in front of each value of a replica label, e.g. each cluster's own)
+    and the events, each for every gateway or `only` the one of a value."""
+    split_by = data.pop("split_by", None)
+    events = []
+    for e in data.pop("events", []) or []:
+        unknown = set(e.get("set", {})) - set(defaults)
+        if unknown:
+            raise ValueError(f"unknown {what} traffic fields {sorted(unknown)}")
+        if "only" in e and split_by is None:
+            raise ValueError(f"{what} event with `only` needs `split_by`")
+        end = seconds(e["to"]) if "to" in e else 10**9
+        events.append((seconds(e.get("from", 0)), end, e.get("only"), e.get("set", {})))
+    return split_by, events
+
+
+def gateway_targets(fleet: Fleet, gw: GatewayModel) -> list[tuple[str | None, list[Replica], Labels]]:
+    """(value, the replicas behind it, its extra labels) of each gateway target: one in front of
+    every replica, or one per value of `split_by` (each cluster's gateway, labelled like its pods)."""
+    if gw.split_by is None:
+        return [(None, fleet.replicas, ())]
+    values = sorted({r.labels[gw.split_by] for r in fleet.replicas if gw.split_by in r.labels})
+    if not values:
+        raise ValueError(f"gateway split_by {gw.split_by!r}: no replica carries that label")
+    return [(v, [r for r in fleet.replicas if r.labels.get(gw.split_by) == v], ((gw.split_by, v),)) for v in values]
 
 
 class GatewaySeries:
     """The EPP's series, step by step, from what the replicas behind it serve: every request a
     serving replica finishes passed the gateway, with the gateway's overhead added to its TTFT and
-    duration. One EPP target; each generation of names it emits gets the same values."""
+    duration. One EPP target (`index`: which, with `split_by`); each generation of names it emits
+    gets the same values."""
 
-    def __init__(self, fleet: Fleet, gw: GatewayModel) -> None:
+    def __init__(self, fleet: Fleet, gw: GatewayModel, target: tuple = (None, None, ()), index: int = 0) -> None:
         self.f, self.gw = fleet, gw
+        self.value, replicas, extra = target
+        self.replicas = fleet.replicas if replicas is None else replicas
         self.series: dict[tuple[str, Labels], Series] = {}
-        self.base: Labels = (("job", gw.job), ("namespace", gw.namespace), ("instance", "10.0.7.11:9090"))
+        instance = ("instance", f"10.0.7.{11 + index}:9090")
+        self.base: Labels = (("job", gw.job), ("namespace", gw.namespace), instance, *extra)
         d = DATA["llm_d_epp"]
         self.duration = tuple((*(float(b) for b in d["duration_buckets"]), math.inf))
         self.ttft = tuple((*(float(b) for b in d["ttft_buckets"]), math.inf))
@@ -1067,7 +1100,7 @@ class GatewaySeries:
         up = self._s("up", self.base, True)
         was_up = False
         for t in f.steps():
-            p = gw.at(t)
+            p = gw.at(t, self.value)
             if p["state"] == "down":
                 up.values.append(0.0)
                 for s in self.series.values():
@@ -1092,7 +1125,7 @@ class GatewaySeries:
         kv: list[float] = []
         waiting: list[float] = []
         running = 0.0
-        for r in f.replicas:
+        for r in self.replicas:
             rp = r.at(t)
             if rp["state"] != "serving":
                 continue
@@ -1115,7 +1148,10 @@ class GatewaySeries:
             self._add(gen["requests"], req, total)
             err = self._labels(gen)
             self._add(gen["errors"], (*err, ("error_code", "ModelServerError")), total * float(p["errors"]))
-            self._add(gen["errors"], (*err, ("error_code", "BadRequest")), float(p["rejected"]) * dt)
+            client = total * float(p["client_errors"]) / 2
+            self._add(gen["errors"], (*err, ("error_code", "ServiceUnavailable")), float(p["rejected"]) * dt)
+            self._add(gen["errors"], (*err, ("error_code", "BadRequest")), client)
+            self._add(gen["errors"], (*err, ("error_code", "NotFound")), client)
             self._hist(gen["duration"], self._labels(gen), self.duration, e2e_parts)
             if "ttft" in gen:
                 lab = self._labels(gen)
@@ -1154,12 +1190,7 @@ class DynamoModel(GatewayModel):
         self.namespace = data.pop("namespace", selector.get("namespace", namespace))
         self.pool = pool
         self.traffic = {**DYNAMO_DEFAULTS, **(data.pop("traffic", {}) or {})}
-        self.events = []
-        for e in data.pop("events", []) or []:
-            unknown = set(e.get("set", {})) - set(DYNAMO_DEFAULTS)
-            if unknown:
-                raise ValueError(f"unknown dynamo frontend traffic fields {sorted(unknown)}")
-            self.events.append((seconds(e.get("from", 0)), seconds(e["to"]) if "to" in e else 10**9, e.get("set", {})))
+        self.split_by, self.events = _gateway_events(data, DYNAMO_DEFAULTS, "dynamo frontend")
         if data:
             raise ValueError(f"unknown dynamo frontend fields: {', '.join(sorted(data))}")
 
@@ -1168,23 +1199,25 @@ class DynamoSeries(GatewaySeries):
     """The Dynamo frontend's series (one target, label `model`) from what the workers behind it
     serve: every request a serving worker finishes passed the frontend, with its overhead added."""
 
-    def __init__(self, fleet: Fleet, gw: DynamoModel) -> None:
+    def __init__(self, fleet: Fleet, gw: DynamoModel, target: tuple = (None, None, ()), index: int = 0) -> None:
         self.f, self.gw = fleet, gw
+        self.value, replicas, extra = target
+        self.replicas = fleet.replicas if replicas is None else replicas
         self.series = {}
-        self.base = (("job", gw.job), ("namespace", gw.namespace), ("instance", "10.0.8.11:8000"))
+        self.base = (("job", gw.job), ("namespace", gw.namespace), ("instance", f"10.0.8.{11 + index}:8000"), *extra)
         d = DATA["dynamo"]
         self.names = d["frontend"]
         self.model_labels: Labels = (*self.base, ("model", fleet.model))
         self.bounds = {k: tuple((*(float(b) for b in d[f"{k}_buckets"]), math.inf)) for k in ("ttft", "itl", "duration")}
 
     def _step(self, t: int, p: dict, first: bool) -> None:
-        f, n = self.f, self.names
+        n = self.names
         dt = 0 if first else STEP
         ttft_parts: list[tuple[float, Dist]] = []
         itl_parts: list[tuple[float, Dist]] = []
         e2e_parts: list[tuple[float, Dist]] = []
         tokens = running = waiting = 0.0
-        for r in f.replicas:
+        for r in self.replicas:
             rp = r.at(t)
             if rp["state"] != "serving":
                 continue

@@ -201,8 +201,11 @@ def _series(path: Path) -> list[tuple[str, dict[str, str]]]:
 
 
 def test_remote_write_filter_keeps_every_series_the_global_rules_read():
-    """On vLLM 0.33's real exposition: whatever a global rule selects by name and bucket bound
-    passes the edge's write_relabel_configs (anchored, as Prometheus applies it); no other raw series does."""
+    """On vLLM 0.33's real exposition: whatever a global rule or the dashboard's annotations select
+    by name and bucket bound passes the edge's write_relabel_configs (anchored, as Prometheus applies
+    it); no other raw series does."""
+    from genobs.plan.annotations import annotation_selectors
+
     exposition = _series(EXPOSITION)
     for spec in SPECS:
         _, plan = load_plan(spec)
@@ -212,7 +215,7 @@ def test_remote_write_filter_keeps_every_series_the_global_rules_read():
         keep = re.compile(relabel["regex"])
         selectors = [
             sel for g in tiers.split(plan).global_ for r in g.rules for sel in q.vector_selectors(r.expr)
-        ]
+        ] + annotation_selectors(plan.dashboard.annotations)
         target = yaml.safe_load(spec.read_text())["service"]["selector"]  # the scrape's target labels
         for name, own in exposition:
             for labels in ({**own, **target}, {**own, **target, "job": "node-exporter"}):
@@ -347,6 +350,24 @@ def test_global_slo_sums_the_clusters_and_runs_on_the_global_tier(tmp_path: Path
     assert other and all("cluster" in labels for r in other for labels in re.findall(r"\bby \(([^)]*)\)", r.expr))
 
 
+def test_global_slo_with_clusters_builds_with_its_checks(tmp_path: Path, promtool: str):
+    """The generated tests expect a global SLO's series and alerts without the cluster label,
+    as its rules record them (they expected the cluster and `build` refused the spec)."""
+    data = yaml.safe_load(CHAT.read_text())
+    data["service"]["cluster_label"] = "cluster"
+    data["slos"][0]["scope"] = "global"
+    spec = tmp_path / "chat.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(main, ["build", "--strict", "-o", str(tmp_path / "out"), str(spec)])
+    assert result.exit_code == 0, result.output
+    tests = yaml.safe_load((tmp_path / "out" / "chat" / "prometheus" / "tests" / "alerts.test.yaml").read_text())
+    fired = [(t["alertname"], a["exp_labels"]) for g in tests["tests"] for t in g["alert_rule_test"] for a in t["exp_alerts"]]
+    burns = [labels for name, labels in fired if name.startswith("SloFirstToken")]
+    others = [labels for name, labels in fired if not name.startswith("SloFirstToken")]
+    assert burns and all("cluster" not in labels for labels in burns)
+    assert others and all(labels["cluster"] == "cluster-a" for labels in others)
+
+
 def test_thanos_prometheusrule_carries_the_strategy(tmp_path: Path, promtool: str):
     """prometheus-operator's PrometheusRule has partial_response_strategy for a ThanosRuler."""
     spec = spec_with(tmp_path, name="chat-thanos-k8s", backend="thanos")
@@ -357,3 +378,46 @@ def test_thanos_prometheusrule_carries_the_strategy(tmp_path: Path, promtool: st
     thanos = [g for p in sorted((out / "chat-thanos-k8s/thanos").glob("*.yaml")) for g in yaml.safe_load(p.read_text())["groups"]]
     assert sorted(groups, key=lambda g: g["name"]) == sorted(thanos, key=lambda g: g["name"])
     assert any(g.get("partial_response_strategy") == "abort" for g in groups)
+
+
+# --- what the dashboard's annotations and the runbook read on a tiered or dieted fleet ----------
+
+
+def _annotation_names(plan) -> set[str]:
+    return {n for a in plan.dashboard.annotations for n in q.metric_names(re.sub(r"\$(\w+)", "x", a.expr))}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_scrape_diet_and_edge_filter_keep_what_the_annotations_read(spec: Path):
+    """The "Engine restarts" and "Engine config" annotations read process_start_time_seconds and
+    the cache-config info gauge: the scrape diet and the edge's remote_write must keep them."""
+    from genobs.commands.scrape_config import read_families
+
+    plan = load_plan(spec)[1]
+    names = _annotation_names(plan)
+    if not names:
+        pytest.skip(f"{spec.stem}: the engine exports nothing the annotations read")
+    assert names <= set(read_families(plan))
+    (keep,) = tiers.write_relabel_configs(plan)
+    for name in names:
+        assert re.fullmatch(keep["regex"], f"{name};"), name
+
+
+def test_global_runbook_says_where_to_run_queries_of_raw_series(tmp_path: Path):
+    """The global tier's runbook: a confirm query that reads raw series the edge does not ship
+    says to run it on the cluster's Prometheus; one of recorded series does not."""
+    spec = spec_with(tmp_path, service={"cluster_label": "cluster"}, tier="global")
+    _, plan = load_plan(spec)
+    shipped = {name for name, _ in tiers.split(plan).shipped}
+    recorded = {r.record for r in plan.recording_rules}
+    runbook = render_spec(spec).files["RUNBOOK.md"].decode()
+    local = remote = 0
+    for entry in plan.runbook:
+        for caption, query in entry.confirm:
+            raw = q.metric_names(query) - recorded - shipped
+            at = runbook.index(f"```promql\n{query}\n```")
+            said = "on the cluster's Prometheus" in runbook[runbook.rindex("\n\n", 0, at - 2) : at]
+            assert said == bool(raw), (caption, query)
+            local, remote = local + bool(raw), remote + (not raw)
+    assert local and remote
+    assert "on the cluster's Prometheus" not in render_spec(spec, tier="all").files["RUNBOOK.md"].decode()

@@ -227,3 +227,29 @@ def test_slos_over_a_window_other_than_the_rate_window_read_the_gateway_series()
     exprs = " ".join(r.expr for r in gateway_slo)
     assert "llm_d_epp_request_ttft_seconds_count" in exprs and "llm_d_epp_request_error_total" in exprs
     assert "vllm:" not in exprs
+
+
+@pytest.mark.slow  # a real Alertmanager on loopback
+def test_two_clusters_the_gateway_silences_its_own_clusters_pods_only(tmp_path: Path):
+    """With service.cluster_label both the gateway's and the pods' alerts carry the cluster: the
+    gateway page of cluster a silences the pods' warning of cluster a, not cluster b's."""
+    from genobs.build import render_spec
+    from tests.test_alertmanager import _assert_inhibited, _running
+
+    data = yaml.safe_load(SPEC.read_text())
+    data["service"]["cluster_label"] = "cluster"
+    spec = tmp_path / "gateway-vllm.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    inhibit = yaml.safe_load(render_spec(spec).files["alertmanager/inhibit-rules.yaml"])["inhibit_rules"]
+    assert all("cluster" in rule["equal"] for rule in inhibit)
+    config = {"route": {"receiver": "null"}, "receivers": [{"name": "null"}], "inhibit_rules": inhibit}
+
+    def alert(name: str, severity: str, job: str, cluster: str, **labels: str) -> dict:
+        base = {"namespace": "llm-prod", "job": job, "model_name": "meta-llama/Llama-3.1-8B-Instruct", "signal": "ttft"}
+        return {"labels": {"alertname": name, "severity": severity, "cluster": cluster, **base, **labels}}
+
+    gw_page = alert("GatewayTtftP99High", "critical", "llm-d-epp", "a", layer="gateway")
+    pod_a = alert("VllmTtftP99High", "warning", "vllm-pool", "a")
+    pod_b = alert("VllmTtftP99High", "warning", "vllm-pool", "b")
+    with _running(tmp_path, config) as url:
+        _assert_inhibited(url, [gw_page, pod_a, pod_b], [pod_a])

@@ -140,18 +140,22 @@ def test_promtool_passes_the_generated_tests(spec, tmp_path: Path, promtool: str
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
 
 
+def _gateway_groups(plan) -> set[str]:
+    return {g.name for g in plan.groups if g.name.removeprefix(f"genobs-{plan.name}-").startswith("gateway")}
+
+
 def _engine_alerts(plan) -> list:
-    """Alerts the generated tests cover: a gateway's rule groups (genobs-<spec>-gateway*) are
-    checked by the promtool scenarios tests/scenarios/gateway_*.yaml instead."""
-    own = [g for g in plan.groups if not g.name.removeprefix(f"genobs-{plan.name}-").startswith("gateway")]
+    """The pods' alerts: a gateway's rule groups (genobs-<spec>-gateway*) have tests of their own."""
+    own = [g for g in plan.groups if g.name not in _gateway_groups(plan)]
     return [r for g in own for r in g.rules if r in plan.alerts]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 def test_every_alert_and_severity_fires_somewhere(spec: Path):
+    """Every alert of the spec, the gateway's included (its tests feed the gateway's own series)."""
     plan, files, notes = generated(spec)
     assert notes == []
-    wanted = {(a.name, a.severity) for a in _engine_alerts(plan)}
+    wanted = {(a.name, a.severity) for a in plan.alerts}
     assert wanted
     assert wanted <= firing(files), sorted(wanted - firing(files))
 
@@ -166,6 +170,11 @@ def test_healthy_fleet_checks_every_alert_and_key_recorded_series(spec):
     for group in dict(files).get("capacity.test.yaml", {}).get("tests", [])[:1]:
         silent |= {t["alertname"] for t in group["alert_rule_test"] if t["exp_alerts"] == []}
     assert silent == {a.name for a in _engine_alerts(plan)}
+    if _gateway_groups(plan):  # the gateway's healthy fleet: none of its alerts fires
+        (gateway,) = dict(files)["gateway-healthy.test.yaml"]["tests"]
+        quiet = {t["alertname"] for t in gateway["alert_rule_test"] if t["exp_alerts"] == []}
+        in_front = {r.name for g in plan.groups if g.name in _gateway_groups(plan) for r in g.rules if r in plan.alerts}
+        assert quiet == in_front
     exprs = " ".join(t["expr"] for t in healthy[0]["promql_expr_test"])
     assert "genobs:ttft_seconds:quantile_rate" in exprs
     # the success ratio where the engine can count failures (SGLang cannot: a capability line instead)

@@ -72,13 +72,16 @@ def _ranges(expr: str) -> list[tuple[float, str]]:
 
 
 def load_rules(spec_path: Path) -> RuleSet:
-    """The spec rendered exactly as `genobs build` renders it; raises SpecError."""
+    """The spec rendered exactly as `genobs build` renders it; raises SpecError. The rules of
+    prometheus/ only: a backend's folder (vmalert/, thanos/, mimir/) holds copies of the same
+    groups, which would count every alert twice. Every tier's rules (one history holds what the
+    edge records and what the global tier reads)."""
     from genobs.build import render_spec
 
-    out = render_spec(spec_path)
+    out = render_spec(spec_path, tier="all")
     rules: list[Rule] = []
     for name in sorted(out.documents):
-        if not name.endswith(".rules.yaml") or "/tests/" in name:
+        if not (name.startswith("prometheus/") and name.endswith(".rules.yaml")) or "/tests/" in name:
             continue
         for g in out.documents[name]["groups"]:  # type: ignore[index]
             interval = _seconds(g.get("interval")) or DEFAULT_INTERVAL

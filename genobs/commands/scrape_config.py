@@ -70,10 +70,11 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def read_families(plan) -> list[str]:
-    """Every series name a generated rule or runbook query reads that is not recorded by the
-    rules themselves (dashboard panels read recorded series only), each histogram series widened
+    """Every series name a generated rule, runbook query or dashboard annotation reads that is not
+    recorded by the rules themselves (panels read recorded series only), each histogram series widened
     to its family (`_bucket`, `_sum` and `_count`), sorted."""
     from genobs import promql as q
+    from genobs.plan.annotations import annotation_selectors
 
     recorded = {r.record for r in plan.recording_rules}
     exprs = [r.expr for g in plan.groups for r in g.rules]
@@ -81,6 +82,8 @@ def read_families(plan) -> list[str]:
     names: set[str] = set()
     for expr in exprs:
         names |= q.metric_names(expr) - recorded
+    # the dashboard's annotations (engine restarts, engine configs) read raw series too
+    names |= {sel.name for sel in annotation_selectors(plan.dashboard.annotations) if sel.name}
     out: set[str] = set()
     for name in names:
         base = next((name[: -len(s)] for s in HISTOGRAM_SUFFIXES if name.endswith(s)), None)

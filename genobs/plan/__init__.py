@@ -23,6 +23,7 @@ from genobs.plan.inhibit import build_inhibit_rules
 from genobs.plan.model import AlertRule, Dashboard, Plan, RecordingRule, RuleGroup, RunbookEntry
 from genobs.plan.recorder import Recorder
 from genobs.plan.recording import build_recording
+from genobs.plan.where import Where
 from genobs.units import format_seconds, prom_duration_seconds
 
 # feature -> (logical metric whose presence it needs, human explanation)
@@ -130,21 +131,22 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
                 ("service", "roles", "label"), f"{roles.label!r} is fixed by service.selector; the pools cannot differ"
             )
         )
-    group = list(spec.service.group_by)
-    group += [k for k in spec.service.selector if k not in group]
-    cluster = spec.service.cluster_label
     # one backend, many clusters: the cluster is a grouping label like the others, and a dashboard variable
-    group += [cluster] if cluster and cluster not in group else []
-    variables = [*spec.service.group_by, *([cluster] if cluster and cluster not in spec.service.group_by else [])]
+    where = Where(
+        group_by=tuple(spec.service.group_by),
+        fixed=tuple(spec.service.selector),
+        cluster=spec.service.cluster_label,
+        role=roles.label if roles is not None and "disaggregated_prefill" in features else None,
+        rank=catalog.rank_label if catalog.has_rank_label(version) else None,
+        schedulers=catalog.scheduler_labels,
+    )
     return Context(
         catalog=catalog,
         version=version,
         dialect=spec.service.metric_names,
         selector=tuple(spec.service.selector.items()),
         models=tuple(spec.service.models),
-        group=tuple(group),
-        variables=tuple(variables),
-        cluster=cluster,
+        where=where,
         window=spec.rate_window,
         min_request_rate=spec.service.min_request_rate,
         features=frozenset(features),
@@ -382,6 +384,8 @@ class Assembly:
     tested: tuple[RuleGroup, ...]  # the groups the alert tests load (all but the capacity group)
     cap: CapacityPlan | None
     cap_group: RuleGroup | None
+    # the gateway's own groups, its context and recorded names: its alerts get tests of their own
+    gateway: tuple[Context, Recorder, tuple[RuleGroup, ...]] | None = None
 
 
 def _gateway_row(gw) -> tuple:
@@ -448,16 +452,20 @@ def assemble(doc: SpecDocument) -> Assembly:
     if cap is not None:
         cap = replace(cap, rules=links.with_dashboard_urls(cap.rules, grafana, dashboard))
     keep = pages.hold(next((r.for_ for r in resolved if r.key == "ServingCapacityLost"), None), spec.evaluation_interval)
-    groups = pages.with_hold(groups, keep)
+    other = pages.slack(spec.evaluation_interval)
+    groups = pages.with_hold(groups, keep, other)
     tested = groups
-    if gw is not None:  # checked by scenarios through promtool (tests/scenarios/gateway_*.yaml), not generated tests
+    tested_gateway = None
+    if gw is not None:  # the gateway's groups read its own series only: tested on their own
         gw_rules = links.with_dashboard_urls(gw.rules, grafana, dashboard)
         gw_groups = (RuleGroup(naming.group(spec.name, "gateway"), spec.evaluation_interval, gw_rules),)
         gw_groups += gateway.slo_groups(spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard))
-        groups += pages.with_hold(gw_groups, keep)
+        gw_groups = pages.with_hold(gw_groups, keep, other)
+        groups += gw_groups
+        tested_gateway = (gw.ctx, gateway.recorder(gw), gw_groups)
     cap_group = None
     if cap is not None:
-        cap_group = pages.with_hold((RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep)[0]
+        cap_group = pages.with_hold((RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep, other)[0]
         groups += (cap_group,)
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
     raw = _raw_metrics(groups, ctx, recorded, (cap.known if cap else frozenset()) | (gw.raw if gw else frozenset()))
@@ -493,8 +501,11 @@ def assemble(doc: SpecDocument) -> Assembly:
         unobservable=ctx.catalog.not_observable,
         approximations=ctx.catalog.approximate,
     )
-    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, [a for a in plan.alerts if not gw or a not in gw.alerts]) + (gw.inhibit if gw else ()))
-    return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group)
+    # the pods' inhibitions name the pods' alerts (the gateway's carry the gateway's selector)
+    at_gateway = {a.name for a in gw.alerts} if gw else set()
+    pod_alerts = [a for a in plan.alerts if a.name not in at_gateway]
+    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, pod_alerts) + (gw.inhibit if gw else ()))
+    return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group, gateway=tested_gateway)
 
 
 __all__ = ["Assembly", "assemble", "plan_problems"]

@@ -348,7 +348,7 @@ class AlertBuilder:
             series = f"deriv({rss}[30m]) * 3600 / {rss}"
             return f"{series} {op} {t}", series, "API-server resident memory"
         if a.key == "TargetDown":
-            series = ctx.up()
+            series = liveness.targets_up(ctx)  # each target with its pool role on a P/D fleet
             return f"{series} == 0", series, "Scrape targets up"
         if a.key == "MetricsAbsent":
             up = ctx.up()

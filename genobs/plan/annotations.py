@@ -10,6 +10,8 @@ another KV-cache config (block size, gpu_memory_utilization, num_gpu_blocks, ...
 
 from __future__ import annotations
 
+import re
+
 from genobs import promql as q
 from genobs.plan.context import Context
 from genobs.plan.model import Annotation
@@ -61,3 +63,9 @@ def build_annotations(ctx: Context) -> tuple[Annotation, ...]:
             )
         )
     return tuple(out)
+
+
+def annotation_selectors(annotations: tuple[Annotation, ...]) -> list[q.Selector]:
+    """The raw series the annotations read (their dashboard variables filled in), for the scrape
+    diet and the edge's remote_write: both must keep them, or the marks vanish."""
+    return [sel for a in annotations for sel in q.vector_selectors(re.sub(r"\$(\w+)", "x", a.expr))]

@@ -156,7 +156,7 @@ def headroom(b: Builder, cap: Capacity) -> None:
     )
     if ctx.has("cache_config_info"):
         # cache_config_info carries no model_name: take it from the engine series of the same target
-        join = ("instance", ctx.rank_label) if ctx.rank_label is not None else ("instance",)
+        join = ctx.where.engine_of_target
         pool = ("num_gpu_blocks", "block_size", "gpu_memory_utilization")
         info = q.selector(ctx.metric("cache_config_info"), ctx.raw_matchers(process=True))
         copied = [label for label in ctx.group if label not in join]

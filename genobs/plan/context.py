@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from genobs import naming
 from genobs import promql as q
 from genobs.catalog import Catalog, Version, format_version
+from genobs.plan.where import Where
 
 # What a user sees of a request lives on the decode pool of a disaggregated fleet: prefill
 # legs run with max_tokens=1 (finish `length`) and would count every request twice.
@@ -23,8 +24,7 @@ class Context:
     dialect: str  # colon | underscore
     selector: tuple[tuple[str, str], ...]
     models: tuple[str, ...]
-    group: tuple[str, ...]  # labels every recorded series keeps
-    variables: tuple[str, ...]  # the labels the spec groups by: dashboard variables
+    where: Where  # the labels that say where a series comes from (plan/where.py)
     window: str
     min_request_rate: float
     features: frozenset[str]
@@ -32,19 +32,30 @@ class Context:
     spec: str = ""  # the spec's name: labels the SLO series, which several specs may share
     evaluation_seconds: float = 30.0  # the rule groups' evaluation interval
     other_version: Version | None = None  # another release in the fleet (service.other_engine_version)
-    cluster: str | None = None  # service.cluster_label: also in `group`
 
     def without_cluster(self) -> Context:
         """The same facts over every cluster together: an SLO of `scope: global`."""
-        if self.cluster is None:
-            return self
-        drop = lambda labels: tuple(x for x in labels if x != self.cluster)  # noqa: E731
-        return replace(self, group=drop(self.group), variables=drop(self.variables), cluster=None)
+        return replace(self, where=self.where.overall())
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        """Labels every recorded series keeps."""
+        return self.where.group
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The labels the spec groups by: dashboard variables."""
+        return self.where.variables
+
+    @property
+    def cluster(self) -> str | None:
+        """service.cluster_label (also in `group`)."""
+        return self.where.cluster
 
     @property
     def target(self) -> tuple[str, ...]:
         """One scrape target: `instance`, within its cluster when several share a backend."""
-        return (self.cluster, "instance") if self.cluster else ("instance",)
+        return self.where.target
 
     def alert(self, key: str) -> str:
         """The emitted name of a pod-level alert: 'TtftP99High' -> 'VllmTtftP99High' on vLLM,
@@ -95,7 +106,7 @@ class Context:
     @property
     def rank_label(self) -> str | None:
         """The label of one engine (data-parallel rank) of a replica, where the release has one."""
-        return self.catalog.rank_label if self.catalog.has_rank_label(self.version) else None
+        return self.where.rank
 
     def is_process(self, key: str) -> bool:
         return self.catalog.metric(key).process
@@ -104,8 +115,7 @@ class Context:
     @property
     def process_group(self) -> tuple[str, ...]:
         """Process metrics carry no model_name: group them per scrape target instead."""
-        labels = tuple(label for label in self.group if label != "model_name")
-        return labels if "instance" in labels else (*labels, "instance")
+        return self.where.process
 
     def raw_matchers(self, process: bool = False, models: bool = True) -> tuple[q.Matcher, ...]:
         """`models=False`: no model list, for a side of a binary operation whose other side
@@ -144,7 +154,7 @@ class Context:
     # --- building blocks --------------------------------------------------
     def role(self, which: str) -> tuple[q.Matcher, ...]:
         """Matcher for one pool ("prefill" or "decode"); none when the fleet is not disaggregated."""
-        if self.roles is None or "disaggregated_prefill" not in self.features:
+        if self.roles is None or self.where.role is None:
             return ()
         label, prefill, decode = self.roles
         return ((label, "=", prefill if which == "prefill" else decode),)

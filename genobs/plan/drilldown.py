@@ -24,7 +24,7 @@ GAUGES = (
 
 
 def role_label(ctx: Context) -> str | None:
-    return ctx.roles[0] if ctx.roles is not None and "disaggregated_prefill" in ctx.features else None
+    return ctx.where.role
 
 
 def engine_labels(ctx: Context) -> tuple[str, ...]:
@@ -46,7 +46,7 @@ def record(r: Recorder) -> None:
 def _matchers(ctx: Context, upto: str | None = None) -> tuple[q.Matcher, ...]:
     """The spec's variable matchers, then role, instance, engine up to (not including) `upto`."""
     out = list(ctx.panel_matchers())
-    chain = [x for x in (role_label(ctx), "instance", ctx.rank_label) if x]
+    chain = ctx.where.drilldown
     for label in chain:
         if label == upto:
             break

@@ -18,7 +18,7 @@ from genobs import naming
 from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem
-from genobs.plan import liveness
+from genobs.plan import gateway_liveness, liveness
 from genobs.plan.alerts import Resolved, format_threshold, labels_template, signal_data
 from genobs.plan.context import Context
 from genobs.plan.model import (
@@ -81,15 +81,13 @@ def gateway_context(doc, ctx: Context, problems: list[Problem]) -> Context | Non
             doc.problem(("gateway", "selector"), "is service.selector itself; the gateway is scraped under its own job")
         )
         return None
-    group = [label for label in doc.spec.service.group_by if label != "instance"]
-    group += [k for k in gw.selector if k not in group]
     return replace(
         ctx,
         catalog=catalog,
         version=version,
         dialect="colon",
         selector=tuple(gw.selector.items()),
-        group=tuple(group),
+        where=ctx.where.at(tuple(gw.selector)),
         features=frozenset(),
         roles=None,
         other_version=None,
@@ -158,6 +156,7 @@ def _record(gctx: Context) -> Recorder:
         pool = tuple(label for label in g if label != "model_name") + ("name",)
         ready = gctx.raw("pool_ready_endpoints", models=False)
         r.add("pool_ready", "gateway_pool_ready_endpoints", "max", q.max_by(pool, ready))
+    gateway_liveness.record(r)
     return r
 
 
@@ -427,17 +426,36 @@ def build_gateway(
 ) -> GatewayPlan:
     r = _record(gctx)
     alerts = _alerts(gctx, r, resolved_all, base_url, team)
+    live = gateway_liveness.build(gctx, r, resolved_all, base_url, team)
+    row = _row(gctx, r, pod_names, ctx)
     return GatewayPlan(
         ctx=gctx,
-        rules=(*r.rules, *alerts),
-        alerts=tuple(alerts),
-        row=_row(gctx, r, pod_names, ctx),
-        runbook=_runbook(gctx, ctx, alerts),
+        rules=(*r.rules, *alerts, *live.alerts),
+        alerts=(*alerts, *live.alerts),
+        row=replace(row, panels=(*row.panels, live.panel)),
+        runbook=_runbook(gctx, ctx, alerts) + live.runbook,
         inhibit=_inhibit(gctx, ctx, alerts),
         taken_over=covered(gctx),
         raw=frozenset(gctx.catalog.names_for(gctx.version)),
         names=dict(r.names),
     )
+
+
+def recorder(gw: GatewayPlan) -> Recorder:
+    """The gateway's recorded names behind a Recorder, as the generated tests read them."""
+    r = Recorder(gw.ctx)
+    r.names = dict(gw.names)
+    return r
+
+
+def probe_keys() -> dict[str, str]:
+    """Each gateway alert -> the engine-neutral key of the pod alert whose fault makes it fire
+    (the one it takes over, or whose levels it reads): the generated tests' probes."""
+    data = gateway_data()
+    return {
+        **{name: a["takes_over"] for name, a in data["alerts"].items()},
+        **{name: a["levels_of"] for name, a in data["liveness"].items()},
+    }
 
 
 def layer(gw: GatewayPlan, raw: frozenset[str]) -> GatewayLayer:
@@ -535,4 +553,7 @@ def merge_slos(first, second):
 
 
 def with_inhibit(gw: GatewayPlan, ctx: Context, burns: list[AlertRule]) -> GatewayPlan:
-    return replace(gw, inhibit=_inhibit(gw.ctx, ctx, list(gw.alerts), tuple(burns)))
+    """The gateway's inhibitions, with the burns of the SLOs read at the gateway: those of the
+    alerts that take over a pod alert (the gateway's own liveness alerts silence nothing)."""
+    took = [a for a in gw.alerts if a.name in gateway_data()["alerts"]]
+    return replace(gw, inhibit=_inhibit(gw.ctx, ctx, took, tuple(burns)))

@@ -73,7 +73,7 @@ def build_inhibit_rules(ctx: Context, alerts: list[AlertRule]) -> tuple[dict, ..
         if a.name in symptoms and ("instance" in ctx.group or data["alerts"].get(a.key, {}).get("per_instance"))
     }
     names = {a.name for a in alerts}
-    hangs = (("EngineHung", (*ctx.group, "instance"), per_instance), ("FleetNoProgress", ctx.group, symptoms))
+    hangs = (("EngineHung", ctx.where.replica, per_instance), ("FleetNoProgress", ctx.group, symptoms))
     for key, labels, targets in hangs:
         hang = ctx.alert(key)
         if hang in names and targets:
@@ -81,7 +81,7 @@ def build_inhibit_rules(ctx: Context, alerts: list[AlertRule]) -> tuple[dict, ..
                 {
                     "source_matchers": [_matcher("alertname", "=", hang), *fixed],
                     "target_matchers": [_names(targets), *fixed],
-                    "equal": list(dict.fromkeys(labels)),
+                    "equal": list(labels),
                 }
             )
     return tuple(rules)

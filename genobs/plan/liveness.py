@@ -15,21 +15,19 @@ from genobs.units import prom_duration_seconds
 
 def replica_labels(ctx: Context) -> tuple[str, ...]:
     """A replica: the spec's grouping labels plus the scrape target (`instance`)."""
-    return tuple(dict.fromkeys((*ctx.group, "instance")))
+    return ctx.where.replica
 
 
 def engine_labels(ctx: Context) -> tuple[str, ...]:
     """One engine (data-parallel rank) of a replica: its own KV pool and scheduler queue. vLLM
     labels engine series with `engine` from 0.8.3; before, a replica has one engine."""
-    if ctx.rank_label is not None:
-        return (*replica_labels(ctx), ctx.rank_label)
-    return replica_labels(ctx)
+    return ctx.where.engine
 
 
 def scheduler_labels(ctx: Context) -> tuple[str, ...]:
     """One scheduler of a replica, on the gauges that carry its labels: the engine's labels, plus
     the profile's per-scheduler labels where the engine has no shared rank label (SGLang dp_rank)."""
-    return tuple(dict.fromkeys((*engine_labels(ctx), *ctx.catalog.scheduler_labels)))
+    return ctx.where.scheduler
 
 
 def per_scheduler_progress(ctx: Context) -> bool:
@@ -293,18 +291,18 @@ def record_unfinished(r: Recorder) -> None:
 
 def target_labels(ctx: Context) -> tuple[str, ...]:
     """Labels of a scrape job's targets taken together: the process labels without `instance`."""
-    return tuple(label for label in ctx.process_group if label != "instance")
+    return ctx.where.targets
 
 
 def pool_label(ctx: Context) -> tuple[str, ...]:
     """The role label of a disaggregated fleet's pools (prefill and decode queue differently)."""
-    return (ctx.roles[0],) if ctx.roles is not None and ctx.role("prefill") else ()
+    return ctx.where.pool
 
 
 def capacity_labels(ctx: Context) -> tuple[str, ...]:
     """Targets judged together for lost capacity: the job's, per pool on a P/D fleet (every request
     needs both pools, so a lost prefill pool is an outage however few of the targets it is)."""
-    return tuple(dict.fromkeys((*target_labels(ctx), *pool_label(ctx))))
+    return ctx.where.capacity
 
 
 # A target counts as serving capacity once it has been up within this window: a pod that an
@@ -312,14 +310,30 @@ def capacity_labels(ctx: Context) -> tuple[str, ...]:
 SERVED_WINDOW = "1h"
 
 
+def targets_up(ctx: Context) -> str:
+    """`up` of the targets behind the selector, each with its pool role on a P/D fleet. The role
+    comes from the engine's own series, the one each target last exported within SERVED_WINDOW
+    (a down target exports nothing): an engine may write it on its series only, not as a target
+    label (SGLang's engine_type), and `up` carries target labels alone."""
+    up = ctx.up()
+    if ctx.where.role is None:
+        return up
+    target = ctx.where.process
+    engine = q.selector(ctx.metric("requests_running"), ctx.raw_matchers(process=True))
+    roles = f"group {q.by((*target, ctx.where.role))} (last_over_time({engine}[{SERVED_WINDOW}]))"
+    return f"({up} * {q.on(target)} group_left ({ctx.where.role}) {roles})"
+
+
 def record_targets_down(r: Recorder) -> None:
     """Share of the targets that served within SERVED_WINDOW and are down now, per pool (1 when
     none is up). A new target that never became ready is not lost capacity (TargetDown
     still warns about it); a target gone from service discovery (scale-in) is not either."""
     ctx = r.ctx
-    by, up = capacity_labels(ctx), ctx.up()
+    by, up = capacity_labels(ctx), targets_up(ctx)
     # each target's `up` now, for the targets that served (one read of the hour): 1 - its mean
-    served = f"{up} and (max_over_time({up}[{SERVED_WINDOW}]) == 1)"
+    served = f"{up} and {q.on(ctx.where.process)} (max_over_time({ctx.up()}[{SERVED_WINDOW}]) == 1)"
+    if ctx.where.role is None:
+        served = f"{up} and (max_over_time({up}[{SERVED_WINDOW}]) == 1)"
     ratio = f"1 - avg {q.by(by)} ({served})"
     none_up = f"{q.sum_by(by, up)} == 0"
     r.add("process_targets_down_ratio", "serving_targets_lost", "ratio", f"{ratio} or ({none_up}) + 1")

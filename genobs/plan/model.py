@@ -23,7 +23,7 @@ class AlertRule:
     description: str
     runbook_url: str
     labels: tuple[tuple[str, str], ...] = ()
-    keep_firing_for: str = ""  # a page holds this long after its condition ends (plan.pages.with_hold)
+    keep_firing_for: str = ""  # how long it holds after its condition ends (plan.pages.with_hold)
     threshold_text: str = ""
     threshold: float | None = None  # None for alerts without a numeric threshold
     comparator: str = ""  # ">" or "<": which side of the threshold fires

@@ -214,7 +214,7 @@ def _decomposition(r: Recorder) -> None:
 
 def peer_group(ctx: Context) -> tuple[str, ...]:
     """Replicas that are each other's peers: the grouping labels, and the pool where there are pools."""
-    return tuple(dict.fromkeys((*ctx.group, *pool_label(ctx))))
+    return ctx.where.peers
 
 
 def _engine(r: Recorder) -> None:
@@ -231,9 +231,9 @@ def _engine(r: Recorder) -> None:
     r.add("running", "requests_running", "sum", q.sum_by(g, ctx.raw("requests_running")))
     r.add("waiting", "requests_waiting", "sum", q.sum_by(g, waiting))
     # per replica (and pool): the queue-outlier alert compares each replica with its pool's median
-    replica = tuple(dict.fromkeys((*liveness.replica_labels(ctx), *pool_label(ctx))))
+    replica = tuple(dict.fromkeys((*ctx.where.replica, *ctx.where.pool)))
     # each engine counted once where two monitors scrape the same pod (only discovery labels differ)
-    engines = tuple(dict.fromkeys((*liveness.scheduler_labels(ctx), *pool_label(ctx))))
+    engines = tuple(dict.fromkeys((*ctx.where.scheduler, *ctx.where.pool)))
     r.add("replica_waiting", "replica_requests_waiting", "sum", q.sum_by(replica, q.max_by(engines, waiting)))
     # the fleet's queue spread over the replicas that serve the model: a total ignores replica count
     average = f"avg {q.by(g)} ({r.ref('replica_waiting')})"
@@ -353,7 +353,7 @@ def _process(r: Recorder) -> None:
     if ctx.has("gc_collections"):
         gc = ctx.sum_rate("gc_collections", labels=("generation",))
         r.add("process_gc", "api_server_gc_collections", "rate", gc)
-    targets = tuple(label for label in ctx.process_group if label != "instance")
+    targets = ctx.where.targets
     up = ctx.up()
     r.add("process_targets_up", "scrape_targets_up", "sum", q.sum_by(targets, up))
     r.add("process_targets", "scrape_targets", "count", f"count {q.by(targets)} ({up})")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from genobs import naming
 from genobs import promql as q
+from genobs.plan.annotations import annotation_selectors
 from genobs.plan.model import AlertRule, Plan, RecordingRule, RuleGroup
 
 RECORDED = re.compile(rf"{naming.PREFIX}:.*")
@@ -71,15 +72,16 @@ def split(plan: Plan) -> Tiers:
     global_ = part(lambda r: id(r) not in edge_ids)
     shipped: dict[str, set[str]] = {}
     under: set[tuple[str, str, tuple[tuple[str, str], ...]]] = set()
-    for g in global_:
-        for r in g.rules:
-            for sel in q.vector_selectors(r.expr):
-                if sel.name and sel.name not in recorded:
-                    # a bucket read at one bound ships that bound only: not every bucket of every pod
-                    le = [v if op == "=~" else q.regex_escape(v) for k, op, v in sel.matchers if k == "le" and op in ("=", "=~")]
-                    shipped.setdefault(sel.name, set()).add(le[0] if le else ".*")
-                    where = tuple(sorted((k, v) for k, op, v in sel.matchers if op == "=" and k not in ("le", "__name__")))
-                    under.add((sel.name, le[0] if le else ".*", where))
+    # the global rules' raw reads, and the dashboard's annotations (restarts, engine configs: one
+    # series per target or engine), which the global tier's Grafana reads
+    reads = [sel for g in global_ for r in g.rules for sel in q.vector_selectors(r.expr)]
+    for sel in [*reads, *annotation_selectors(plan.dashboard.annotations)]:
+        if sel.name and sel.name not in recorded:
+            # a bucket read at one bound ships that bound only: not every bucket of every pod
+            le = [v if op == "=~" else q.regex_escape(v) for k, op, v in sel.matchers if k == "le" and op in ("=", "=~")]
+            shipped.setdefault(sel.name, set()).add(le[0] if le else ".*")
+            where = tuple(sorted((k, v) for k, op, v in sel.matchers if op == "=" and k not in ("le", "__name__")))
+            under.add((sel.name, le[0] if le else ".*", where))
     flat = {(name, ".*" if ".*" in les else le) for name, les in shipped.items() for le in les}
     return Tiers(edge, global_, tuple(sorted(flat)), tuple(sorted(under)))
 
@@ -111,3 +113,20 @@ def write_relabel_configs(plan: Plan) -> list[dict]:
 
 def has_alerts(groups: tuple[RuleGroup, ...]) -> bool:
     return any(isinstance(r, AlertRule) for g in groups for r in g.rules)
+
+
+# what a confirm query of the global tier's runbook says when it reads series the edge keeps
+LOCAL_QUERY = "raw series: run it on the cluster's Prometheus, the edge tier does not ship them"
+
+
+def global_runbook(plan: Plan) -> Plan:
+    """The plan whose runbook the global tier writes: a confirm query that reads raw series the
+    edge does not ship says to run it on the cluster's Prometheus (the backend has none of them)."""
+    t = split(plan)
+    known = {r.record for r in plan.recording_rules} | {name for name, _ in t.shipped}
+
+    def where(caption: str, query: str) -> tuple[str, str]:
+        return (f"{caption} ({LOCAL_QUERY})" if q.metric_names(query) - known else caption), query
+
+    runbook = tuple(replace(e, confirm=tuple(where(c, query) for c, query in e.confirm)) for e in plan.runbook)
+    return replace(plan, runbook=runbook)

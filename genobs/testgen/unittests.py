@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from genobs import naming
 from genobs import promql as q
+from genobs.plan import gateway
 from genobs.plan.context import Context
 from genobs.plan.groups import by_record, follow
 from genobs.plan.liveness import capacity_labels, pool_label, replica_labels
@@ -83,9 +84,21 @@ class Pack:
 
 
 class _Planner:
-    def __init__(self, ctx: Context, rec: Recorder, groups: tuple[RuleGroup, ...], spec_name: str):
+    def __init__(
+        self,
+        ctx: Context,
+        rec: Recorder,
+        groups: tuple[RuleGroup, ...],
+        spec_name: str,
+        overall: frozenset[str] = frozenset(),
+        keys: dict[str, str] | None = None,
+    ):
+        keys = keys or {}
         self.ctx, self.rec, self.groups, self.spec_name = ctx, rec, groups, spec_name
-        self.alerts = [r for g in groups for r in g.rules if isinstance(r, AlertRule)]
+        self.overall = overall  # SLOs of `scope: global`: their series and alerts carry no cluster
+        # a layer's alert is probed as the engine alert whose fault makes it fire (the gateway's
+        # GatewayTtftP99High as TtftP99High, on the gateway's own series)
+        self.alerts = [replace(r, key=keys.get(r.name, r.key)) for g in groups for r in g.rules if isinstance(r, AlertRule)]
         self.by_name: dict[str, list[AlertRule]] = {}
         for a in self.alerts:
             self.by_name.setdefault(a.name, []).append(a)
@@ -156,12 +169,17 @@ class _Planner:
             return {k: ident.engine[k] for k in replica_labels(ctx)}
         if probe.labels == "pool_replica":  # a replica and its pool (the role label of P/D fleets)
             return {k: ident.engine[k] for k in (*replica_labels(ctx), *pool_label(ctx))}
-        labels = {k: ident.engine[k] for k in ctx.group}
+        slo = probe.slo or probe.tag
+        labels = {k: ident.engine[k] for k in self.slo_group(slo)}
         if probe.labels == "quantile":
             labels["quantile"] = "0.99"
         if probe.labels == "slo":
-            labels.update({k: v for k, _, v in ctx.slo_labels(probe.slo or probe.tag or "")})
+            labels.update({k: v for k, _, v in ctx.slo_labels(slo or "")})
         return labels
+
+    def slo_group(self, slo: str | None) -> tuple[str, ...]:
+        """The grouping of an SLO's series (over every cluster for `scope: global`), else the model's."""
+        return self.ctx.where.overall().group if slo in self.overall else self.ctx.group
 
     def expected(self, probe: Probe, rule: AlertRule, value: float, exact: bool) -> dict | None:
         """promtool's exp_alerts entry; None if the value is not exact and rounding noise could change the text."""
@@ -188,7 +206,8 @@ class _Planner:
                 name = naming.record("slo_burn_rate", f"rate{slo.shortest}")
                 value = lambda slo=slo: burn_rate(env, slo, fleet, at)  # noqa: E731
                 expr = self.ctx.recorded(name, self.ctx.slo_labels(slo.name))
-                checks.append((expr, name, {**group, **{k: v for k, _, v in self.ctx.slo_labels(slo.name)}}, value))
+                own = {k: env.ident.engine[k] for k in self.slo_group(slo.name)}
+                checks.append((expr, name, {**own, **{k: v for k, _, v in self.ctx.slo_labels(slo.name)}}, value))
         out = []
         for expr, name, labels, compute in checks:
             env.inexact = False
@@ -391,18 +410,29 @@ class _Planner:
 
 
 def build_unit_tests(
-    ctx: Context, rec: Recorder, groups: tuple[RuleGroup, ...], spec_name: str
+    ctx: Context,
+    rec: Recorder,
+    groups: tuple[RuleGroup, ...],
+    spec_name: str,
+    overall: frozenset[str] = frozenset(),
+    layer: str = "",
 ) -> tuple[tuple[tuple[str, dict], ...], list[str]]:
     """(file name, promtool test document) pairs, written to prometheus/tests/<file name> and
     run by `promtool test rules` from prometheus/ (rule_files are relative to the test file),
-    plus notes on the alerts they cannot make fire."""
-    p = _Planner(ctx, rec, groups, spec_name)
+    plus notes on the alerts they cannot make fire. `overall`: the SLOs of `scope: global`.
+    `layer` ("gateway"): the groups of a layer in front of the pods, on that layer's own series
+    (`ctx` is its context), in files of their own."""
+    keys = gateway.probe_keys() if layer == "gateway" else {}
+    p = _Planner(ctx, rec, groups, spec_name, overall, keys)
     if not p.alerts:
         return (), []
     cases = [c for name in p.by_name for c in p.cases(name)]
-    files = [("healthy.test.yaml", p.document([p.healthy_group(cases)]))]
+    prefix = f"{layer}-" if layer else ""
+    files = [(f"{prefix}healthy.test.yaml", p.document([p.healthy_group(cases)]))]
     if cases:
-        files.insert(0, ("alerts.test.yaml", p.document([p.pack_group(pack) for pack in p.pack(cases)])))
+        files.insert(0, (f"{prefix}alerts.test.yaml", p.document([p.pack_group(pack) for pack in p.pack(cases)])))
+    if layer:
+        return tuple(files), p.notes
     alert_group = next(g for g in groups if g.name == naming.group(spec_name, "alerts"))
     labels = {k: p.env.ident.engine[k] for k in ctx.group}
     files += baseline_tests(ctx, rec.names, alert_group, labels, spec_name)

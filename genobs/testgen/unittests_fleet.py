@@ -382,8 +382,12 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
     out: list[dict] = []
     n = len(ident.ranks)
 
+    model_label = ctx.catalog.model_label  # the profile's own name of the model label (Dynamo: model)
+
     def engine_labels(rank: str | None, **extra: str) -> dict[str, str]:
         labels = dict(ident.engine)
+        if model_label != "model_name" and "model_name" in labels:
+            labels[model_label] = labels.pop("model_name")
         if rank is not None:
             labels["engine"] = rank
         return {**labels, **extra}
@@ -411,7 +415,9 @@ def input_series(ctx: Context, fleet: Fleet, ident: Identity, needed: set[str], 
         labels_of = role_labels(m.observed_on) if m.observed_on else engine_labels
         if m.type == "histogram":
             flat = replace(fleet, latency=tuple((k, ((0, 0),)) for k in ctx.catalog.metrics)) if still else fleet
-            out.extend(_histogram(ctx, key, base, flat, needed, minutes, labels_of, ident.ranks))
+            fixed = m.fixed_labels()  # the series the profile reads (a gateway's streaming="true")
+            with_fixed = functools.partial(labels_of, **fixed) if fixed else labels_of
+            out.extend(_histogram(ctx, key, base, flat, needed, minutes, with_fixed, ident.ranks))
         elif base in needed and m.type == "counter":
             ranks = ident.ranks if m.engine_label else (None,)
             for labels, rate in _counter_rates(ctx, key, fleet):
@@ -455,6 +461,13 @@ def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str,
         return [({}, fleet.reasons().get("abort", 0))]
     if key == "request_errors":  # the server's 5xx answers, per model (TensorRT-LLM)
         return [({"http_code": "500"}, fleet.http_5xx)]
+    if key == "gateway_errors":  # a gateway's server-side error answers, labelled as the profile says
+        errors = [({label: values[0] for label, values in ctx.catalog.metric(key).label_values}, fleet.http_5xx)]
+        if ctx.has("requests_finished") and ctx.metric("requests_finished") == ctx.metric(key):
+            # one family told apart by labels (Dynamo's requests_total by status): the others succeeded
+            ok = {label: values[0] for label, values in ctx.catalog.metric("requests_finished").label_values}
+            return [(ok, REQUESTS - fleet.http_5xx), *errors]
+        return errors
     if key == "request_success":
         reasons = fleet.reasons()
         return [({"finished_reason": r}, reasons.get(r, 0)) for r in ctx.catalog.reasons_for(ctx.version)]
@@ -511,6 +524,8 @@ def _gauge_value(key: str, fleet: Fleet, rank: int, ranks: int) -> float:
 
 
 def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> list[dict]:
+    if not any(f"{base}{suffix}" in needed for suffix in ("_bucket", "_sum", "_count")):
+        return []  # no rule reads it (an old gateway release's token histograms have no known buckets)
     out: list[dict] = []
     n = len(ranks)
     dist = fleet.dist(key)

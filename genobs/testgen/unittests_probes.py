@@ -206,6 +206,8 @@ def success_value(env: Env, fleet: Fleet, at: int) -> float:
         extra.append(fleet_rate(fleet.http_5xx, 1, env.window, at))
     if ctx.has("admission_rejections"):
         extra.append(fleet_rate(fleet.rejected, 1, env.window, at))
+    if ctx.has("gateway_errors"):  # a gateway's error answers: its requests count them already
+        return 1 - fleet_rate(fleet.http_5xx, 1, env.window, at) / finished
     failed, attempted = 0.0, finished
     for i, v in enumerate([*parts, *extra]):
         failed = v if i == 0 else failed + v
@@ -515,6 +517,8 @@ def healthy_fleet(env: Env, alerts: list[AlertRule]) -> Fleet:
         if ctx.catalog.metric(key).type != "histogram" or not ctx.has(key) or canonical(ctx, key) != key:
             continue
         bs = bounds(ctx, key, base)
+        if not bs:
+            continue  # the profile knows no buckets of it in this release (no rule reads it)
         limit = min([TYPICAL.get(key, bs[len(bs) // 2]), *extra.get(key, ())])
         alerting = [n for n, k in LATENCY_KEYS.items() if ctx.has(k) and canonical(ctx, k) == key]
         alert_limit = min(_limits(env, alerts, alerting), default=math.inf)

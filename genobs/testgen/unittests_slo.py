@@ -49,7 +49,9 @@ def wire_keys(ctx: Context) -> dict[str, tuple[str, str]]:
 
 # series the success SLI reads beside finish reasons: HTTP 5xx (attributed to models through
 # the running gauge) and admission rejections
-_SUCCESS_TERMS = ("http_requests", "request_errors", "admission_rejections", "requests_running")
+_SUCCESS_TERMS = ("http_requests", "request_errors", "admission_rejections", "requests_running", "gateway_errors", "requests_finished")
+# failures counted beside the finished requests: HTTP 5xx, a gateway's error answers
+_ERROR_TERMS = ("http_requests", "request_errors", "gateway_errors")
 
 
 def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloDef]:
@@ -102,7 +104,7 @@ def _read_slo(
     read = [leaf for sel in q.vector_selectors(errors[0].expr) for leaf in _leaves(sel, sources)]
     for sel in read:
         found = wires.get(sel.name)
-        http = http or (found is not None and found[0] in ("http_requests", "request_errors"))
+        http = http or (found is not None and found[0] in _ERROR_TERMS)
         if found is None or found[0] in _SUCCESS_TERMS:
             continue
         if found[0] == "request_success":
@@ -181,6 +183,8 @@ def _direct_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) ->
         rates = fleet.reasons()
         total = env.sum(env.rate(rates.get(r, 0), at, window) for r in env.all_reasons())
         terms = []
+        if env.ctx.has("gateway_errors"):  # a gateway's error answers: its requests count them already
+            return fleet_rate(fleet.http_5xx, 1, window, at), total
         if env.ctx.has("http_requests") or env.ctx.has("request_errors"):
             terms.append(fleet_rate(fleet.http_5xx, 1, window, at))
         if env.ctx.has("admission_rejections"):
