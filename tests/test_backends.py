@@ -399,8 +399,10 @@ def test_scrape_diet_and_edge_filter_keep_what_the_annotations_read(spec: Path):
         pytest.skip(f"{spec.stem}: the engine exports nothing the annotations read")
     assert names <= set(read_families(plan))
     (keep,) = tiers.write_relabel_configs(plan)
+    target = yaml.safe_load(spec.read_text())["service"]["selector"]  # the scrape's target labels
     for name in names:
-        assert re.fullmatch(keep["regex"], f"{name};"), name
+        value = keep["separator"].join({"__name__": name, **target}.get(k, "") for k in keep["source_labels"])
+        assert re.fullmatch(keep["regex"], value), name
 
 
 def test_global_runbook_says_where_to_run_queries_of_raw_series(tmp_path: Path):

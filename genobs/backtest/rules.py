@@ -45,7 +45,6 @@ class RuleSet:
     raw: tuple[q.Selector, ...]  # every raw selector those rules read, sorted by name
     warmup: float  # seconds of recorded history before --from the alerts' windows reach back
     raw_reach: float  # longest range a rule reads of a raw series
-    tier: str = "all"  # output.tier: an edge tier's rules only record
     copied: tuple[q.Selector, ...] = ()  # the raw selectors alerts and rules above level 0 read
     copy_reach: float = 0.0  # longest range those read of a raw series
 
@@ -99,11 +98,10 @@ def load_rules(spec_path: Path) -> RuleSet:
                         _seconds(r.get("keep_firing_for")),
                     )
                 )
-    tier = "edge" if "remote-write.yaml" in out.files else "all"  # only the edge tier writes its remote_write filter
-    return _closure(out.name, rules, tier)
+    return _closure(out.name, rules)
 
 
-def _closure(spec: str, rules: list[Rule], tier: str = "all") -> RuleSet:
+def _closure(spec: str, rules: list[Rule]) -> RuleSet:
     records: dict[str, list[Rule]] = {}
     for r in rules:
         if not r.alert:
@@ -165,7 +163,6 @@ def _closure(spec: str, rules: list[Rule], tier: str = "all") -> RuleSet:
         tuple(raw[k] for k in sorted(raw)),
         warmup,
         raw_reach,
-        tier,
         tuple(copied[k] for k in sorted(copied)),
         copy_reach,
     )
