@@ -50,3 +50,4 @@ bench: setup
 fuzz: setup
 	$(BIN)/python bench/fuzz_specs.py --cases 10000
 	$(BIN)/python bench/fuzz_gates.py --cases 10000
+	$(BIN)/python bench/fuzz_backtest.py --cases 10000

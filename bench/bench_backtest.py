@@ -38,8 +38,10 @@ try:
     main(sys.argv[1:], standalone_mode=False)
 finally:
     status = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
-    kids_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(f"RSS {status} {kids_kib}", file=sys.stderr)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"RSS {status} {kids.ru_maxrss}", file=sys.stderr)
+    print(f"CPU {own.ru_utime + own.ru_stime:.2f} {kids.ru_utime + kids.ru_stime:.2f}", file=sys.stderr)
 """
 
 
@@ -55,7 +57,7 @@ def only_read_families() -> None:
     """Keep the fleet to the families the spec's rules read: the rest would only make the
     OpenMetrics text (GBs) and the backfill slower; backtest never pulls them."""
     sys.path.insert(0, str(REPO))
-    from genobs.commands.backtest_rules import load_rules
+    from genobs.backtest.rules import load_rules
 
     names = {s.name for s in load_rules(SPEC).raw}
     every = synthetic_fleet.families()
@@ -190,9 +192,79 @@ def history_bounds(tsdb: Path) -> tuple[int, int]:
     return min(m["minTime"] for m in metas) // 1000, (max(m["maxTime"] for m in metas) - 1) // 1000
 
 
-def measure(days: float, pods: int, log: Path, history: Path | None = None, keep: Path | None = None) -> dict:
+def floor_pull(url: str, start: int, end: int) -> tuple[float, int, int]:
+    """The floor: the source returning, once, the raw samples every selector of the spec reads
+    over the range the copy of all of them would cover (the warm-up included), through
+    /api/v1/query range selectors in windows of about 150,000 samples, two requests in flight,
+    the answers read and dropped. Returns (seconds, samples, bytes)."""
+    import urllib.parse
+    from concurrent.futures import ThreadPoolExecutor
+
+    sys.path.insert(0, str(REPO))
+    from genobs.backtest.labels import Folding, named_labels
+    from genobs.backtest.pull import series_stats, window_seconds
+    from genobs.backtest.rules import load_rules, selector_text
+    from genobs.backtest.source import Source
+    from genobs.promhttp import fetch
+
+    rules = load_rules(SPEC)
+    every = [r.expr for r in [*rules.alerts, *(x for lv in rules.levels for x in lv)]]
+    pull_start = int(start - rules.warmup) - 600 - rules.raw_reach - 300
+    selectors = sorted({(s.name or "", s.matchers): s for s in rules.raw}.values())
+    server = Source(url, timeout=300)
+    stats = [series_stats(server, s, pull_start, end, Folding(named_labels(every))) for s in selectors]
+    window = window_seconds(stats, SCRAPE)
+    jobs = []
+    a = pull_start
+    while a < end:
+        b = min(end, a + window)
+        jobs += [(a, b, sel) for sel in selectors]
+        a = b
+
+    def one(job) -> tuple[int, int]:
+        a, b, sel = job
+        body = urllib.parse.urlencode({"query": f"{selector_text(sel)}[{int(b - a)}s]", "time": f"{b:.3f}"})
+        status, raw = fetch(server.server(), "api/v1/query", body, post=True)
+        assert status == 200, raw[:200]
+        return raw.count(b'"]'), len(raw)  # each sample ends `"value"]`
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(one, jobs))
+    return time.monotonic() - t0, sum(n for n, _ in done), sum(b for _, b in done)
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds a process has used (utime + stime)."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _disk(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def measure(
+    days: float,
+    pods: int,
+    log: Path,
+    history: Path | None = None,
+    keep: Path | None = None,
+    genobs: Path | None = None,
+    floor: bool = True,
+) -> dict:
     """One point. With `history` (a directory `keep` filled earlier, with that many pods),
-    the backtest reads the first `days` of that history instead of a new one."""
+    the backtest reads the first `days` of that history instead of a new one. `genobs`: the
+    checkout whose genobs runs (another version's, for a before/after)."""
+    import threading
+
     work = Path(tempfile.mkdtemp(prefix="genobs-bench-backtest-"))
     if history is None:
         end = int(time.time()) // 60 * 60 - 120
@@ -205,41 +277,80 @@ def measure(days: float, pods: int, log: Path, history: Path | None = None, keep
         end = start + int(days * 86400) - SCRAPE
         if end > last:
             raise SystemExit(f"{history} holds less than {days:g} days")
-    proc, url = source(work, tsdb)
+    # a kept history was compacted when it was kept
+    proc, url = source(work, tsdb) if history is None else start_source(work, tsdb)
     try:
         if keep is not None:
             link_blocks(tsdb, keep)
+        cpu0 = _cpu(proc.pid)
+        floor_s, floor_samples, floor_bytes = floor_pull(url, start, end) if floor else (0.0, 0, 0)
+        cpu1 = _cpu(proc.pid)
         args = ["backtest", str(SPEC), "--prometheus", url, "--from", str(start), "--to", str(end)]
         args += ["--format", "json", "--max-series", "1000000"]
         out = work / "backtest.json"
+        scratch = work / "scratch"
+        scratch.mkdir()
+        env = {**os.environ, "TMPDIR": str(scratch)}
+        if genobs is not None:
+            env["PYTHONPATH"] = str(genobs)
+        peak_disk, stop = [0], threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                peak_disk[0] = max(peak_disk[0], _disk(scratch))
+                time.sleep(0.1)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         t0 = time.monotonic()
         # genobs' progress lines go to `log` with the seconds since the start, as they come
         with out.open("w") as stdout, log.open("a") as err:
-            err.write(f"# {days:g} days x {pods} pods\n")
+            err.write(f"# {days:g} days x {pods} pods{' (' + str(genobs) + ')' if genobs else ''}\n")
             child = subprocess.Popen(
-                [sys.executable, "-c", RUNNER, *args], stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=REPO
+                [sys.executable, "-c", RUNNER, *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                cwd=genobs or REPO, env=env,
             )
             lines = []
             for line in child.stderr:
-                lines.append(line)
-                err.write(f"{time.monotonic() - t0:8.1f} {line}")
+                lines.append((time.monotonic() - t0, line))
+                err.write(f"{lines[-1][0]:8.1f} {line}")
                 err.flush()
             child.wait()
         wall = time.monotonic() - t0
+        cpu2 = _cpu(proc.pid)
+        stop.set()
+        watcher.join()
         if child.returncode != 0:
-            raise SystemExit(f"backtest failed: {''.join(lines)[-2000:]}")
-        rss = next(line for line in lines if line.startswith("RSS "))
+            raise SystemExit(f"backtest failed: {''.join(ln for _, ln in lines)[-2000:]}")
+
+        def at(needle: str) -> float:
+            return next((t for t, ln in lines if needle in ln), wall)
+
+        rss = next(ln for _, ln in lines if ln.startswith("RSS "))
         self_kib, kids_kib = map(int, rss.split()[1:])
-        copied = next((ln.strip() for ln in lines if "copied" in ln), "")
+        own_cpu, kids_cpu = map(float, next(ln for _, ln in lines if ln.startswith("CPU ")).split()[1:])
+        copied = next((ln.strip() for _, ln in lines if "copied" in ln), "")
         doc = json.loads(out.read_text())
+        evaluating = at(": evaluating")
         return {
             "days": days,
             "pods": pods,
             "wall_s": round(wall, 1),
+            "pull_s": round(evaluating, 1),
+            "levels_s": round(at("alerts: 1/") - evaluating, 1),
+            "alerts_s": round(wall - at("alerts: 1/"), 1),
+            "cpu_s": {"genobs": own_cpu, "tools": kids_cpu, "source": round(cpu2 - cpu1, 1)},
+            "floor_s": round(floor_s, 1),
+            "floor_source_cpu_s": round(cpu1 - cpu0, 1),
+            "floor_samples": floor_samples,
+            "floor_mb": round(floor_bytes / 1e6),
             "genobs_peak_mib": round(self_kib / 1024),
             "tools_peak_mib": round(kids_kib / 1024),
+            "disk_peak_mib": round(peak_disk[0] / 2**20),
             "copied": copied.removeprefix("backtest: "),
             "episodes": len(doc["candidate"]["episodes"]),
+            # what fired, to compare two versions over the same history
+            "fired": sorted(f"{e['alert']}/{e['severity']} {e['start']}..{e['end']}" for e in doc["candidate"]["episodes"]),
         }
     finally:
         proc.terminate()
@@ -253,19 +364,31 @@ def main() -> None:
     parser.add_argument("--log", type=Path, default=Path("bench-backtest.log"), help="genobs' progress, timed")
     parser.add_argument("--keep", type=Path, help="keep the history's blocks in this directory (one point)")
     parser.add_argument("--history", type=Path, help="a directory --keep filled: read the first DAYS of it")
+    parser.add_argument("--genobs", type=Path, help="the checkout whose genobs runs (default: this one)")
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor (the source returning the samples once)")
+    parser.add_argument("--history-only", action="store_true", help="with --keep: write and keep the history, measure nothing")
     args = parser.parse_args()
     if args.keep is not None and (len(args.points) > 1 or args.history is not None):
         parser.error("--keep keeps the history of one point, written by this run")
     only_read_families()
-    print("days  pods  wall s  genobs peak MiB  tools peak MiB  copied")
+    if args.history_only:
+        if args.keep is None:
+            parser.error("--history-only needs --keep")
+        days, pods = args.points[0].split("x")
+        work = Path(tempfile.mkdtemp(prefix="genobs-bench-history-"))
+        try:
+            tsdb = backfill(work, float(days), int(pods), int(time.time()) // 60 * 60 - 120)
+            proc, _ = source(work, tsdb)
+            proc.terminate()
+            proc.wait(timeout=60)
+            link_blocks(tsdb, args.keep)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     for point in args.points:
         days, pods = point.split("x")
-        r = measure(float(days), int(pods), args.log, args.history, args.keep)
-        print(
-            f"{r['days']:<5g} {r['pods']:<5} {r['wall_s']:<7} {r['genobs_peak_mib']:<16} {r['tools_peak_mib']:<15} "
-            f"{r['copied']}",
-            flush=True,
-        )
+        r = measure(float(days), int(pods), args.log, args.history, args.keep, args.genobs, not args.no_floor)
+        print(json.dumps(r), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,15 @@
-"""The pipeline in one place: load -> plan -> render -> write -> check."""
+"""The pipeline in one place: load -> plan -> render -> write (the check stage before the swap:
+genobs.checks)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from genobs import promtool
 from genobs.errors import Problem, SpecError
 from genobs.loader import load_spec
 from genobs.writer import MARKER, dump_json, dump_yaml, marker, replace_dirs
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
 
 
 @dataclass(frozen=True)
@@ -195,171 +191,3 @@ def write(
     (see writer.replace_dirs: all or nothing)."""
     targets = {root / out.name: out.files for out in outputs}
     return replace_dirs(targets, force=force, check=check, undeleted=undeleted)
-
-
-@dataclass(frozen=True)
-class Job:
-    """One promtool run of the check stage. `cost`: a relative estimate of its CPU time; the
-    longest runs start first, so the cores finish together instead of one long run last."""
-
-    run: Callable[[], promtool.Result]
-    cost: float = 1.0
-
-    def __call__(self) -> promtool.Result:
-        return self.run()
-
-
-def check_jobs(
-    target: Path, name: str | None = None, split: bool = False, documents: dict[str, object] | None = None
-) -> list[Job]:
-    """The checks of one output folder, each runnable on its own (`name`: the spec's name,
-    when the folder is a copy under another name): one promtool check rules over every rule
-    file, promtool test rules per test file (runs that can go in parallel), and the
-    PrometheusRule manifest's groups. `split` (a private copy only: it writes beside the
-    files): each test group over only the rules it reads (testsplit, done here, so each
-    run's cost is known before it is queued), the groups of all test files in a few promtool
-    runs of about equal cost (testsplit.chunks: a start-up costs as much as a small group)."""
-    from genobs import testsplit
-
-    prometheus = target / "prometheus"
-    rules = sorted(prometheus.glob("*.yaml"))
-    # a lint pass over the rules (units of testsplit.Part.cost: about 50 ms)
-    jobs = [Job(lambda: promtool.check_rules(rules), cost=170.0)]
-    cache: dict[Path, object] = {(target / rel).resolve(): data for rel, data in (documents or {}).items()}
-    parts: list[testsplit.Part] = []
-    for test in sorted((prometheus / "tests").glob("*.yaml")):
-        rel = test.relative_to(prometheus)
-        split_parts = testsplit.split_parts(prometheus, rel, name or target.name, cache) if split else None
-        if split_parts:
-            parts += split_parts
-        else:
-            cost = test.stat().st_size / 16  # a whole test file runs about 0.3 ms per 16 bytes
-            jobs.append(Job(lambda rel=rel: promtool.test_rules([rel], cwd=prometheus), cost=cost))
-    for run in testsplit.chunks(parts):
-        paths = [p.path for p in run]
-        jobs.append(Job(lambda paths=paths: promtool.test_rules(paths), cost=sum(p.cost for p in run) + 70))
-    from genobs.render.backends import FOLDERS
-
-    for folder in sorted(set(FOLDERS.values())):
-        for backend_rules in sorted((target / folder).glob("*.yaml")):
-            jobs.append(Job(lambda p=backend_rules: check_backend_rules(p, name or target.name), cost=170.0))
-    operator_rule = target / "kubernetes" / "prometheusrule.yaml"
-    if operator_rule.is_file():
-        jobs.append(Job(lambda: check_prometheusrule(operator_rule, name or target.name), cost=170.0))
-    return jobs
-
-
-def check(target: Path, name: str | None = None) -> list[promtool.Result]:
-    """promtool check rules (and test rules, where tests exist) on one output folder."""
-    return [job() for job in check_jobs(target, name)]
-
-
-class Checks:
-    """promtool on every output as soon as it is rendered, in parallel (one process per core),
-    on a private copy of its files in a temporary folder: the bytes that will be swapped in,
-    checked while later specs still render. Queued runs start longest first (`Job.cost`).
-    Results come back in submission order."""
-
-    def __init__(self, workers: int | None = None):
-        import os
-        import threading
-
-        from genobs import scratch
-
-        self._tmp = scratch.make()
-        self._queue: list[tuple[float, int, Job, Future]] = []  # a heap: most expensive first
-        self._ready = threading.Condition()
-        self._closed = False
-        self._futures: list[Future] = []
-        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers or os.cpu_count() or 2)]
-        for t in self._threads:
-            t.start()
-
-    def _work(self) -> None:
-        import heapq
-
-        while True:
-            with self._ready:
-                while not self._queue and not self._closed:
-                    self._ready.wait()
-                if not self._queue:
-                    return
-                _, _, job, future = heapq.heappop(self._queue)
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(job())
-            except BaseException as exc:  # re-raised by results(), in the caller's thread
-                future.set_exception(exc)
-
-    def submit(self, out: Output) -> None:
-        target = Path(self._tmp.name) / out.name
-        for rel, data in out.files.items():
-            path = target / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        self.enqueue(check_jobs(target, out.name, split=True, documents=out.documents))
-
-    def enqueue(self, jobs: list[Job]) -> None:
-        """Queue runs; a free worker takes the most expensive queued run first."""
-        import heapq
-        from concurrent.futures import Future
-
-        with self._ready:
-            for job in jobs:
-                future: Future = Future()
-                heapq.heappush(self._queue, (-job.cost, len(self._futures), job, future))
-                self._futures.append(future)
-            self._ready.notify_all()
-
-    def results(self) -> list[promtool.Result]:
-        return [f.result() for f in self._futures]
-
-    def close(self) -> None:
-        with self._ready:
-            for _, _, _, future in self._queue:
-                future.cancel()
-            self._queue.clear()
-            self._closed = True
-            self._ready.notify_all()
-        for t in self._threads:
-            t.join()
-        self._tmp.cleanup()
-
-    def __enter__(self) -> Checks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def check_prometheusrule(path: Path, name: str | None = None) -> promtool.Result:
-    """promtool check rules on the groups a PrometheusRule manifest embeds."""
-    import tempfile
-
-    import yaml
-
-    from genobs.render.backends import prometheus_groups
-
-    groups = prometheus_groups(yaml.safe_load(path.read_bytes())["spec"])  # without a ThanosRuler's keys
-    name = name or path.parent.parent.name
-    with tempfile.TemporaryDirectory(prefix="genobs-") as tmp:
-        rules = Path(tmp) / f"{name}.prometheusrule.rules.yaml"
-        rules.write_bytes(dump_yaml(groups, name))
-        return promtool.check_rules([rules])
-
-
-def check_backend_rules(path: Path, name: str) -> promtool.Result:
-    """promtool check rules on a Thanos, Mimir or vmalert rule file: its groups without the
-    keys promtool does not know (partial_response_strategy, source_tenants, type, namespace)."""
-    import tempfile
-
-    import yaml
-
-    from genobs.render.backends import prometheus_groups
-
-    groups = prometheus_groups(yaml.safe_load(path.read_bytes()))
-    with tempfile.TemporaryDirectory(prefix="genobs-") as tmp:
-        rules = Path(tmp) / f"{name}.{path.parent.name}.{path.name}"
-        rules.write_bytes(dump_yaml(groups, name))
-        return promtool.check_rules([rules])

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from genobs import data as data_files
-from genobs import naming
+from genobs import naming, translations
 
 Version = tuple[int, int, int]
 
@@ -210,6 +210,8 @@ class Catalog:
     words: tuple[tuple[str, str], ...] = ()
     # an engine's facts in handbook and alert texts ({hint:key}): its metrics switch, version notes
     hints: tuple[tuple[str, str], ...] = ()
+    # the name translation its wire names are in (OpenTelemetry profiles; genobs.translations)
+    translation: str | None = None
     # every release's capability notes: (signal, text, since, until) for not_observable, approximate
     _notes: tuple[tuple, tuple] = field(default=((), ()), compare=False, repr=False)
 
@@ -381,13 +383,23 @@ def _build(raw: dict) -> Catalog:
         model_label=raw.get("model_label", "model_name"),
         words=tuple((str(k), " ".join(str(v).split()) if k != "ttft_scope" else str(v)) for k, v in raw.get("words", {}).items()),
         hints=tuple((str(k), " ".join(str(v).split())) for k, v in raw.get("hints", {}).items()),
+        translation=raw.get("translation"),
     )
 
 
 GATEWAYS = ("llm-d-epp", "dynamo")  # profiles of a layer in front of the engines (spec `gateway:`)
 ENGINES = ("vllm", "sglang", "trtllm")  # one profile file per engine: genobs/data/<engine>.yaml
+# OpenTelemetry GenAI instruments: what an application measures (client), what a server records
+OTEL_GENAI = ("otel-genai", "otel-genai-server")
 
 
 @functools.cache
-def load_catalog(engine: str = "vllm") -> Catalog:
-    return _build(data_files.load(f"{engine}.yaml"))
+def load_catalog(engine: str = "vllm", translation: str | None = None) -> Catalog:
+    """The profile of `engine`; for an OpenTelemetry profile, its names under the name
+    `translation` (None: the profile's default; genobs.translations)."""
+    raw = data_files.load(f"{engine}.yaml")
+    if "translations" in raw:
+        raw = translations.translate(raw, translation)
+    elif translation is not None:
+        raise ValueError(f"{engine} has no name translations")
+    return _build(raw)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import typing
 
@@ -13,6 +12,12 @@ from genobs.spec import Spec
 from genobs.units import parse_number, parse_ratio, parse_seconds
 
 Path_ = tuple[str | int, ...]
+
+
+def _close_match(word: str, candidates: typing.Iterable[str]) -> list[str]:
+    import difflib  # only a spec with a problem needs it
+
+    return difflib.get_close_matches(word, candidates, n=1)
 
 
 def _model_at(loc: Path_) -> type[BaseModel] | None:
@@ -105,7 +110,7 @@ def message(err: dict) -> tuple[Path_, str]:
     if kind == "extra_forbidden":
         model = _model_at(loc[:-1])
         names = _field_names(model) if model else []
-        hint = difflib.get_close_matches(str(loc[-1]), names, n=1)
+        hint = _close_match(str(loc[-1]), names)
         msg = f"unknown key {loc[-1]!r}"
         home = _home_of(str(loc[-1]), model) if model else None
         if home:
@@ -118,7 +123,7 @@ def message(err: dict) -> tuple[Path_, str]:
     if kind == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         allowed = [s.strip().strip("'") for s in expected.replace(" or ", ", ").split(",")]
-        hint = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = _close_match(str(value), allowed)
         msg = f"{_shown(value)} is not allowed; expected one of: {', '.join(allowed)}"
         if hint:
             msg += f" (did you mean {hint[0]!r}?)"

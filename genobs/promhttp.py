@@ -21,7 +21,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from genobs.errors import printable
 from genobs.inputs import Unreadable, load_json
@@ -85,7 +85,7 @@ class Server:
     timeout of one request and the monotonic time by which the whole command ends."""
 
     base: str
-    authorization: str = ""
+    authorization: str = field(default="", repr=False)  # a repr in a message or traceback must not show it
     timeout: float = 10.0
     deadline: float = math.inf
     deadline_s: float = math.inf

@@ -1,7 +1,8 @@
-"""Private scratch folders of the check stage (copies of each output that promtool runs on),
-in the system temp folder. A build killed with -9 cannot remove its own, so each is named
-after its owner's process id and holds a marker: the next build removes the ones it can
-prove are such leftovers (name, marker, owner no longer running), and nothing else."""
+"""Private scratch folders in the system temp folder: the check stage's (copies of each
+output that promtool runs on) and backtest's (the copied history and its private
+Prometheus). A genobs killed with -9 cannot remove its own, so each is named after its
+owner's process id and holds a marker: the next run removes the ones it can prove are such
+leftovers (name, marker, owner no longer running), and nothing else."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 PREFIX = "genobs-check-"
 MARKER = ".genobs-check"
-_NAME = re.compile(rf"{re.escape(PREFIX)}(?P<pid>[0-9]+)-[A-Za-z0-9_]+")
+BACKTEST = "genobs-backtest-"  # backtest's folders carry the same marker
 
 
 def _running(pid: int) -> bool:
@@ -26,16 +27,17 @@ def _running(pid: int) -> bool:
     return True
 
 
-def sweep(folder: Path | None = None) -> list[Path]:
+def sweep(folder: Path | None = None, prefix: str = PREFIX) -> list[Path]:
     """Remove the scratch folders whose owner is gone; returns what was removed."""
     folder = Path(folder or tempfile.gettempdir())
+    name = re.compile(rf"{re.escape(prefix)}(?P<pid>[0-9]+)-[A-Za-z0-9_]+")
     removed = []
     try:
         entries = list(folder.iterdir())
     except OSError:
         return []
     for p in entries:
-        m = _NAME.fullmatch(p.name)
+        m = name.fullmatch(p.name)
         if m is None or p.is_symlink() or not (p / MARKER).is_file() or _running(int(m["pid"])):
             continue
         shutil.rmtree(p, ignore_errors=True)
@@ -43,9 +45,9 @@ def sweep(folder: Path | None = None) -> list[Path]:
     return removed
 
 
-def make() -> tempfile.TemporaryDirectory:
-    """A new scratch folder, after sweeping the leftovers of killed builds."""
-    sweep()
-    tmp = tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-")
-    (Path(tmp.name) / MARKER).write_bytes(b"genobs build: promtool's private copies; removed by the next build\n")
+def make(prefix: str = PREFIX, what: str = "genobs build: promtool's private copies") -> tempfile.TemporaryDirectory:
+    """A new scratch folder (mode 0700), after sweeping the leftovers of killed runs."""
+    sweep(prefix=prefix)
+    tmp = tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
+    (Path(tmp.name) / MARKER).write_bytes(f"{what}; removed by the next run\n".encode())
     return tmp

@@ -349,6 +349,8 @@ def _tenant(v: str) -> str:
         raise ValueError(
             f"{v[:60]!r} is not a tenant ID: 1-150 letters, digits and ! - _ . * ' ( ) (not '.' or '..')"
         )
+    if v == "__mimir_cluster":  # Mimir keeps its own cluster-wide series under it and refuses it as a tenant
+        raise ValueError("'__mimir_cluster' is reserved by Mimir; name the tenants whose series the rules read")
     return v
 
 
@@ -383,6 +385,14 @@ class Output(_Model):
     namespace: Annotated[str, AfterValidator(_namespace)] | None = Field(
         None, description="mimir only: the ruler namespace of the rule file. Default: genobs-<name>."
     )
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenants_once(cls, v: list[str]) -> list[str]:
+        twice = sorted({t for t in v if v.count(t) > 1})
+        if twice:
+            raise ValueError(f"tenants must not repeat ({', '.join(repr(t) for t in twice[:3])} is listed twice)")
+        return v
     partial_response_strategy: Literal["abort", "warn"] = Field(
         "abort",
         description="thanos only: what an alerting group does when a store answers partially; abort (Thanos' "

@@ -227,3 +227,25 @@ def replace_dirs(
 def replace_dir(target: Path, files: dict[str, bytes], force: bool = True) -> None:
     """One folder; see replace_dirs."""
     replace_dirs({Path(target): files}, force=force)
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """`data` as the whole file `path`, written beside it and renamed over it: a reader never
+    sees half a file, and a symbolic link at `path` is replaced, never followed (a link planted
+    in a shared folder cannot make genobs overwrite what it points to). Raises OSError."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # what open() gives a new file; mkstemp's is 0600
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

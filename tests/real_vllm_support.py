@@ -276,6 +276,7 @@ class Client:
     min_tokens: int = 0
     cap: int = 400  # requests in flight at most (a request beyond it is skipped and counted)
     limit: int | None = None  # requests to send in all (None: until stopped)
+    chat: bool = True  # alternate /v1/chat/completions with /v1/completions (False: completions only)
     stats: Counter = field(default_factory=Counter)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -283,7 +284,7 @@ class Client:
     _in_flight: int = 0
 
     def _one(self, i: int) -> None:
-        chat, stream = i % 2 == 0, (i // 2) % 2 == 0
+        chat, stream = self.chat and i % 2 == 0, (i // 2) % 2 == 0
         body: dict = {"model": MODEL, "max_tokens": self.max_tokens, "stream": stream, "temperature": 1.0}
         if self.length and (i * self.length) % 1 + self.length >= 1:  # evenly spread share
             body["ignore_eos"] = True

@@ -15,7 +15,8 @@ import yaml
 from click.testing import CliRunner
 
 from genobs import promql as q
-from genobs.build import check_backend_rules, render_spec
+from genobs.build import render_spec
+from genobs.checks import check_backend_rules
 from genobs.cli import main
 from genobs.compiler import load_plan
 from genobs.plan import tiers
@@ -215,14 +216,21 @@ def test_remote_write_filter_keeps_every_series_the_global_rules_read():
         selectors = [
             sel for g in tiers.split(plan).global_ for r in g.rules for sel in q.vector_selectors(r.expr)
         ] + annotation_selectors(plan.dashboard.annotations)
-        for name, labels in exposition:
-            kept = keep.fullmatch(f"{name};{labels.get('le', '')}") is not None
-            read = any(
-                sel.name == name
-                and all(re.fullmatch(v, labels.get(k, "")) for k, op, v in sel.matchers if k == "le" and op == "=~")
-                for sel in selectors
-            )
-            assert kept == read, (spec.stem, name, labels.get("le"))
+        target = yaml.safe_load(spec.read_text())["service"]["selector"]  # the scrape's target labels
+        for name, own in exposition:
+            for labels in ({**own, **target}, {**own, **target, "job": "node-exporter"}):
+                value = relabel["separator"].join({"__name__": name, **labels}.get(k, "") for k in relabel["source_labels"])
+                kept = keep.fullmatch(value) is not None
+                read = any(
+                    sel.name == name
+                    and all(  # the bucket bound it reads and its selector's fixed labels (a model list is not filtered)
+                        re.fullmatch(v, labels.get(k, "")) if op == "=~" else labels.get(k, "") == v
+                        for k, op, v in sel.matchers
+                        if op == "=" or (k == "le" and op == "=~")
+                    )
+                    for sel in selectors
+                )
+                assert kept == read, (spec.stem, name, labels.get("le"), labels.get("job"))
 
 
 def test_build_edge_and_global_tiers(tmp_path: Path, promtool: str):
@@ -288,6 +296,10 @@ def test_scrape_config_diet_and_remote_write_need_a_good_spec(tmp_path: Path):
     assert f"{bad}:" in result.stderr and "output.tenants" in result.stderr
     result = runner.invoke(main, ["scrape-config", "--remote-write", "vm:8428", str(CHAT)])
     assert result.exit_code == 2 and "http(s) URL" in result.output
+    for url in ("http://vm:8428/api\x1b[2K/write", "http://vm:8428/\x00", "http://vm:8428/\u202e", "http://vm\t:8428"):
+        result = runner.invoke(main, ["scrape-config", "--remote-write", url, str(CHAT)])
+        assert result.exit_code == 2 and "http(s) URL" in result.output, url
+        assert not any(ord(c) < 32 and c != "\n" for c in result.output) and "\u202e" not in result.output
 
 
 def test_scrape_config_diet_keeps_the_read_families_after_the_rename():

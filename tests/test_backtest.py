@@ -19,8 +19,8 @@ from e2e_support import PROMETHEUS, free_port
 from fleet_series import Fleet
 from test_doctor_hostile import reply, serve
 
+from genobs.backtest.rules import load_rules
 from genobs.cli import main
-from genobs.commands.backtest_rules import load_rules
 from genobs.compiler import load_plan
 from genobs.plan.model import AlertRule
 
@@ -301,8 +301,8 @@ def test_alert_state_machine_agrees_with_promtool(tmp_path: Path, promtool: str,
     against Prometheus' own (promtool test rules asserts the alerts it computed)."""
     import subprocess
 
-    from genobs.commands.backtest_alerts import AlertTimeline
-    from genobs.commands.backtest_rules import Rule
+    from genobs.backtest.alerts import AlertTimeline
+    from genobs.backtest.rules import Rule
     from genobs.units import prom_duration_seconds
 
     rule = Rule(

@@ -1,4 +1,4 @@
-"""`genobs backtest`'s copy of the raw history (backtest_pull: answers fetched concurrently,
+"""`genobs backtest`'s copy of the raw history (genobs.backtest.pull: answers fetched concurrently,
 promtool run beside the pull) holds exactly the samples the plain serial pull copies: one
 request per selector and window, one sample at a time, one promtool run per window, as
 the command first did. Both copies are read back with `promtool tsdb dump` from a real
@@ -19,9 +19,10 @@ from e2e_support import PROMETHEUS, Prometheus
 from fleet_series import Fleet
 from test_doctor_hostile import reply, serve
 
-from genobs.commands.backtest_pull import pull_raw
-from genobs.commands.backtest_rules import load_rules, selector_text
-from genobs.commands.backtest_tsdb import ask, om_labels, om_value
+from genobs.backtest.labels import Folding, om_labels, om_value
+from genobs.backtest.pull import pull_raw
+from genobs.backtest.rules import load_rules, selector_text
+from genobs.backtest.source import Source
 from genobs.promhttp import PrometheusError
 
 SPEC = Path(__file__).parent / "fixtures" / "backtest" / "chat.yaml"
@@ -68,7 +69,7 @@ def serial_pull(url: str, selectors, start: float, end: float, window: float, wo
             seen: set[str] = set()
             for sel in selectors:
                 query = {"query": f"{selector_text(sel)}[{int(b - a)}s]", "time": f"{b:.3f}"}
-                for series in ask(url, "query", query, 30, True, expect="matrix")["result"]:
+                for series in Source(url).ask("query", query, True, expect="matrix")["result"]:
                     key = series["metric"]["__name__"] + om_labels(series["metric"])
                     if key in seen:
                         continue
@@ -95,21 +96,22 @@ def dump(tsdb: Path) -> list[str]:
 
 def test_concurrent_pull_copies_the_serial_pulls_samples(source, tmp_path: Path):
     url, base = source
+    source, plain = Source(url), Folding()
     selectors = tuple(sorted({(s.name or "", s.matchers): s for s in load_rules(SPEC).raw}.values()))
     # windows that do not divide the range; the first starts before the history
     start, end, window = base - 600.0, base + HOURS * 3600 - 1000.0, 1700.0
     copies = {}
     for name, pull in [
         ("serial", lambda work, tsdb: serial_pull(url, selectors, start, end, window, work, tsdb)),
-        ("concurrent", lambda work, tsdb: pull_raw(url, selectors, start, end, window, work, tsdb, 30, print, 3, 2)),
-        ("one at a time", lambda work, tsdb: pull_raw(url, selectors, start, end, window, work, tsdb, 30, print, 1, 1)),
+        ("concurrent", lambda work, tsdb: pull_raw(source, selectors, start, end, window, work, tsdb, plain, print, 3, 2)),
+        ("one at a time", lambda work, tsdb: pull_raw(source, selectors, start, end, window, work, tsdb, plain, print, 1, 1)),
     ]:
         work = tmp_path / name.replace(" ", "-")
         tsdb = work / "raw"
         tsdb.mkdir(parents=True)
         copied = pull(work, tsdb)
         lines = dump(tsdb)
-        assert copied == len(lines), name
+        assert getattr(copied, "samples", copied) == len(lines), name
         assert sorted(p.name for p in work.iterdir()) == ["raw"], name  # no window file or log left
         copies[name] = lines
     serial = copies["serial"]
@@ -129,7 +131,7 @@ def test_a_hostile_answer_stops_the_pull_cleanly(source, tmp_path: Path):
     tsdb.mkdir()
     with serve(reply(bad)) as hostile:
         with pytest.raises(PrometheusError, match="sample value that is not a number"):
-            pull_raw(hostile, selectors, base, base + 7200.0, 600.0, tmp_path, tsdb, 5, print)
+            pull_raw(Source(hostile, timeout=5), selectors, base, base + 7200.0, 600.0, tmp_path, tsdb, Folding(), print)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
 
 
@@ -146,8 +148,8 @@ def test_samples_outside_the_window_or_at_no_time_are_left_out(tmp_path: Path):
     tsdb = tmp_path / "raw"
     tsdb.mkdir()
     with serve(reply(body)) as odd:
-        copied = pull_raw(odd, tuple(load_rules(SPEC).raw[:1]), t - 600.0, float(t), 600.0, tmp_path, tsdb, 5, print)
-    assert copied == 3
+        copied = pull_raw(Source(odd, timeout=5), tuple(load_rules(SPEC).raw[:1]), t - 600.0, float(t), 600.0, tmp_path, tsdb, Folding(), print)
+    assert copied.samples == 3
     lines = [(line.split()[1], line.split()[-2], line.split()[-1]) for line in dump(tsdb)]
     assert sorted(lines) == [
         ('job="vllm-chat"}', "1", f"{t}000"),

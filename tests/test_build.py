@@ -56,12 +56,20 @@ def test_build_is_deterministic(spec: Path):
     assert render_spec(spec).files == render_spec(spec).files
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
-def test_cli_build_writes_every_output_and_promtool_accepts_it(spec: Path, tmp_path: Path, promtool: str):
-    result = CliRunner().invoke(main, ["build", str(spec), "-o", str(tmp_path), "--strict"])
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, promtool: str) -> Path:
+    """`genobs build --strict specs/`, checks included, once for every test below: one build of
+    all the examples shares its promtool runs, eleven builds of one did not."""
+    out = tmp_path_factory.mktemp("built")
+    result = CliRunner().invoke(main, ["build", str(REPO / "specs"), "-o", str(out), "--strict"])
     assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_cli_build_writes_every_output_and_promtool_accepts_it(spec: Path, built: Path, promtool: str):
     name = yaml.safe_load(spec.read_text())["name"]
-    target = tmp_path / name
+    target = built / name
     rules = sorted((target / "prometheus").glob("*.rules.yaml"))
     names = {r.name for r in rules}
     assert {"alerts.rules.yaml", "recording.rules.yaml"} <= names

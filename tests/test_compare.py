@@ -11,6 +11,7 @@ import struct
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,7 @@ from click.testing import CliRunner
 from genobs.cli import main
 from genobs.commands.scrape_config import relabel_configs
 from genobs.gates.sides import SideError, parse_range, parse_selector, parse_tolerance
-from genobs.sim import Simulator
-from tests.e2e_support import PROMETHEUS, Prometheus, Target, free_port, poll, prometheus_config, stopping
+from tests.e2e_support import PROMETHEUS, Prometheus, Simulate, free_port, poll, prometheus_config, stopping
 from tests.test_doctor_hostile import ok, reply, serve
 
 JOB = "vllm-compare"
@@ -49,30 +49,45 @@ def live(tmp_path_factory: pytest.TempPathFactory):
         f'service:\n  engine_version: "0.33"\n  selector: {{job: {JOB}}}\n'
         "slos:\n  - {name: first-token, sli: ttft, threshold: 1s, objective: 99%}\n"
     )
-    models = Simulator(
-        models={"m-old": "healthy", "m-twin": "healthy", "m-new": "ttft_degradation"}, request_rate=40.0, seed=1
-    )
-    t0 = time.time()
-    # at FAULT_AFTER m-shift's decode slows down and its API server starts answering ~10% with 5xx
-    shifting = Simulator(
-        models={"m-shift": "itl_degradation", "m-http": "http_5xx"}, request_rate=40.0, fault_after=FAULT_AFTER, seed=2
-    )
-    sims = [models, shifting]
-    prom = None
-    with stopping(sims):
-        for s in sims:
-            s.start(port=0)
-        targets = [Target("models", models), Target("shifting", shifting)]
+    # the exporters run in processes of their own: on a loaded machine a simulator inside this test
+    # process waits for its interpreter while the comparisons run here, and its 1 s scrapes time out
+    common = ("--request-rate", "40")
+    models = Simulate(*common, "--seed", "1", "--model=m-old=healthy", "--model=m-twin=healthy",
+                      "--model=m-new=ttft_degradation")
+    try:
+        # at FAULT_AFTER m-shift's decode slows down and its API server starts answering ~10% with 5xx
+        shifting = Simulate(*common, "--seed", "2", "--fault-after", str(FAULT_AFTER), "--model=m-shift=itl_degradation",
+                            "--model=m-http=http_5xx")
+    except Exception:
+        models.stop()
+        raise
+    try:
+        targets = [Exporter("models", models.instance), Exporter("shifting", shifting.instance)]
         # the server requires basic auth: every comparison below sends the URL's userinfo
         prom = Prometheus(tmp, prometheus_config(JOB, targets, relabel_configs()), {}, basic_auth=("gate", SECRET))
         with stopping([], prom):
             prom.start()
-            poll(lambda: len(prom.query("vllm:num_requests_running")) >= 8, time.monotonic() + 30, what="scrapes")
+            poll(lambda: len(prom.query("vllm:num_requests_running")) >= 8, time.monotonic() + 60, what="scrapes")
+            # the shifting exporter's clock starts with its process (its API server's start time)
+            (started,) = prom.query('process_start_time_seconds{sim="shifting"}')
+            t0 = float(started["value"][1])
             time.sleep(max(0.0, t0 + READY_AT + 2 - time.time()))
             shift_only = tmp / "shift.yaml"
             shift_only.write_text(spec.read_text().replace("  selector:", "  models: [m-shift]\n  selector:"))
             url = prom.url.replace("http://", f"http://gate:{SECRET}@")
             yield {"spec": spec, "shift_spec": shift_only, "url": url, "plain": prom.url, "t0": t0, "tmp": tmp}
+    finally:
+        models.stop()
+        shifting.stop()
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """A scrape target prometheus_config reads: a name and an address."""
+
+    name: str
+    instance: str
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def _range(t0: float, span: tuple[float, float]) -> str:

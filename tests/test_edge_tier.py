@@ -166,3 +166,32 @@ def test_edge_remote_write_ships_only_what_the_global_tier_reads(tmp_path: Path,
             f"({raw_all} raw + {sum(every[n] for n in recorded)} recorded), {sum(edge.values())} through the edge "
             f"filter ({raw_edge} raw + {sum(edge[n] for n in recorded)} recorded); raw per pod {raw_all // 2} -> {raw_edge // 2}"
         )
+
+
+def _kept(relabel: list[dict], labels: dict[str, str]) -> bool:
+    """Prometheus' `keep`: the source labels' values joined by the separator, the regex anchored."""
+    import re
+
+    for rule in relabel:
+        value = rule["separator"].join(labels.get(k, "") for k in rule["source_labels"])
+        if not re.fullmatch(rule["regex"], value):
+            return False
+    return True
+
+
+def test_edge_ships_raw_series_only_from_the_jobs_the_rules_read():
+    """`up` of every other job of the cluster (node-exporter, kube-state-metrics) stays in the
+    cluster; the spec's own `up`, its recorded series and the gateway's SLO bucket ship."""
+    plan = load_plan(REPO / "specs" / "gateway-vllm.yaml")[1]
+    relabel = tiers.write_relabel_configs(plan)
+    pods = {"namespace": "llm-prod", "job": "vllm-pool", "instance": "10.0.0.1:8000"}
+    assert _kept(relabel, {"__name__": "up", **pods})
+    assert _kept(relabel, {"__name__": "genobs:requests_finished:rate5m", "namespace": "llm-prod", "job": "vllm-pool"})
+    assert _kept(relabel, {"__name__": "genobs:scrape_targets:count", "job": "another-spec"})
+    assert not _kept(relabel, {"__name__": "up", "namespace": "llm-prod", "job": "node-exporter"})
+    assert not _kept(relabel, {"__name__": "up", "namespace": "kube-system", "job": "vllm-pool"})
+    assert not _kept(relabel, {"__name__": "vllm:num_requests_running", "namespace": "llm-prod", "job": "other"})
+    assert not _kept(relabel, {"__name__": "vllm:num_requests_waiting", **pods})  # not read by the global tier
+    gateway = {"namespace": "llm-prod", "job": "llm-d-epp", "streaming": "true"}
+    assert _kept(relabel, {"__name__": "llm_d_epp_request_ttft_seconds_bucket", "le": "1", **gateway})
+    assert not _kept(relabel, {"__name__": "llm_d_epp_request_ttft_seconds_bucket", "le": "2", **gateway})

@@ -239,3 +239,19 @@ def test_gate_inputs_fuzzer_finds_no_crash_in_a_short_run():
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "exports: 300 cases" in r.stdout and "answers: 300 cases" in r.stdout
     assert r.stdout.count(" 0 other outcomes") == 2
+
+
+def test_backtest_answers_fuzzer_finds_no_crash_in_a_short_run():
+    """`make fuzz` runs 10,000 mutated /series, range and query_range answers per target; a
+    short run here keeps the fuzzer working (and its promtool oracle: the text it wrote is
+    backfilled)."""
+    r = subprocess.run(
+        [sys.executable, "bench/fuzz_backtest.py", "--cases", "600", "--seed", "5"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert all(f"{t}: 600 cases" in r.stdout for t in ("series", "range", "alerts")), r.stdout
+    assert r.stdout.count(" 0 other outcomes") == 3 and "texts accepted by promtool" in r.stdout

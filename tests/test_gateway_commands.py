@@ -95,9 +95,13 @@ def test_scrape_config_engine_option_takes_the_gateways() -> None:
 
 def test_remote_write_ships_what_the_global_gateway_rules_read() -> None:
     result = invoke("scrape-config", "--remote-write", "http://vm:8428/api/v1/write", GATEWAY)
-    regex = yaml.safe_load(result.stdout)["remote_write"][0]["write_relabel_configs"][0]["regex"]
-    # the first-token SLO's 30-day ratio reads the gateway's TTFT bucket at its 1s bound
-    assert r"llm_d_epp_request_ttft_seconds_bucket;1(\.0+)?" in regex.split("|")
+    keep = yaml.safe_load(result.stdout)["remote_write"][0]["write_relabel_configs"][0]
+    # the first-token SLO's 30-day ratio reads the gateway's TTFT bucket at its 1s bound, under the
+    # gateway's own selector (job llm-d-epp), not the pods'
+    labels = {"__name__": "llm_d_epp_request_ttft_seconds_bucket", "le": "1", "job": "llm-d-epp", "namespace": "llm-prod", "streaming": "true"}
+    value = keep["separator"].join(labels.get(k, "") for k in keep["source_labels"])
+    assert re.fullmatch(keep["regex"], value)
+    assert not re.fullmatch(keep["regex"], value.replace("llm-d-epp", "vllm-pool"))
 
 
 def test_doctor_knows_the_four_epp_name_generations() -> None:

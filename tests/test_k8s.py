@@ -114,19 +114,26 @@ def test_promtool_accepts_the_groups_of_the_prometheusrule(enabled, tmp_path: Pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
-def test_build_flag_adds_manifests_to_every_example_and_checks_them(spec: Path, tmp_path: Path, promtool: str):
-    result = CliRunner().invoke(main, ["build", "--kubernetes", "--strict", "-o", str(tmp_path), str(spec)])
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, promtool: str) -> Path:
+    """`genobs build --kubernetes --strict` of every example, checks included, once for the tests below."""
+    out = tmp_path_factory.mktemp("built")
+    result = CliRunner().invoke(main, ["build", "--kubernetes", "--strict", "-o", str(out), *map(str, SPECS)])
     assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_build_flag_adds_manifests_to_every_example_and_checks_them(spec: Path, built: Path):
     name = yaml.safe_load(spec.read_text())["name"]
-    written = {p.relative_to(tmp_path / name).as_posix() for p in (tmp_path / name).rglob("*") if p.is_file()}
+    written = {p.relative_to(built / name).as_posix() for p in (built / name).rglob("*") if p.is_file()}
     assert K8S_FILES <= written
     plain = render_spec(spec).files
     with_k8s = render_spec(spec, kubernetes=True).files
     assert {k: v for k, v in with_k8s.items() if not k.startswith("kubernetes/")} == {
         k: v for k, v in plain.items() if not k.startswith("kubernetes/")
     }
-    rule = yaml.safe_load((tmp_path / name / "kubernetes" / "prometheusrule.yaml").read_text())
+    rule = yaml.safe_load((built / name / "kubernetes" / "prometheusrule.yaml").read_text())
     assert rule["metadata"]["namespace"] == "monitoring" and rule["spec"]["groups"] == plain_groups(plain)
 
 

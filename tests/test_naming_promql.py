@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from genobs import naming
 from genobs import promql as q
+from genobs.writer import FAST_SAFE_LOADER
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -75,3 +81,49 @@ def test_le_matcher_accepts_both_prometheus_spellings(bound):
     three = two if "." in two else two + ".0"
     assert re.fullmatch(pattern, two) and re.fullmatch(pattern, three)
     assert not re.fullmatch(pattern, two + "1")
+
+
+def _walked(expr: str) -> tuple[q.Selector, ...]:
+    """The selectors promql_parser.walk visits, in its order: what vector_selectors reads faster."""
+    import promql_parser
+
+    found: list[q.Selector] = []
+
+    def visit(node: object) -> bool:
+        if isinstance(node, promql_parser.VectorSelector):
+            ops = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
+            found.append(q.Selector(node.name, tuple((m.name, ops[str(m.op)], m.value) for m in node.matchers.matchers)))
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return tuple(found)
+
+
+def _rule_exprs() -> list[str]:
+    exprs: list[str] = []
+    for path in sorted(REPO.glob("out/*/prometheus/*.rules.yaml")):
+        for group in yaml.load(path.read_bytes(), Loader=FAST_SAFE_LOADER)["groups"]:
+            exprs += [rule["expr"] for rule in group["rules"]]
+    return list(dict.fromkeys(exprs))
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "topk(scalar(a), b)",
+        "quantile(scalar(q{x='1'}), c) + -d",
+        "label_replace(x, 'a', 'b', 'c', 'd') or rate(y[5m])",
+        "max_over_time((a - b{le=~'1(\\\\.0+)?'})[10m:1m]) / ignoring(le) group_left c",
+        "count_values('v', m) unless on(x) w @ 100 offset 5m",
+        "absent_over_time(up{job!='a'}[5m]) and on() (sum(rate(b[1m])) > bool 3)",
+        "vector(1)",
+    ],
+)
+def test_vector_selectors_are_what_the_parser_walks(expr):
+    assert q.vector_selectors(expr) == _walked(expr)
+
+
+def test_vector_selectors_of_every_example_rule_are_what_the_parser_walks():
+    exprs = _rule_exprs()
+    assert len(exprs) > 1000
+    assert [q.vector_selectors(e) for e in exprs] == [_walked(e) for e in exprs]

@@ -12,6 +12,7 @@ The phases run in file order on one server (about 8 minutes): `pytest -m real_en
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -164,12 +165,12 @@ def _active(stack: Stack, since: float) -> list[str]:
 
 
 def test_steady_load_is_silent_and_agrees_with_the_load_tool(stack: Stack) -> None:
-    """`vllm bench serve` at 4 req/s for 60 s: nothing pages or fires; the recorded request rate,
+    """`vllm bench serve` at 3 req/s for 60 s: nothing pages or fires; the recorded request rate,
     TTFT p99, ITL p99, output speed per user and KV usage agree with what the load tool measured
     on the same requests (read as soon as the run ends, the 1m window holds the run)."""
     since = time.monotonic()
     body0 = stack.server.metrics()
-    result = bench_serve(stack.venv, stack.server, stack.model_dir, stack.work, rate=4.0, prompts=240)
+    result = bench_serve(stack.venv, stack.server, stack.model_dir, stack.work, rate=3.0, prompts=180)
     time.sleep(2 * STEP)  # the last answers scraped and recorded
     readings = {
         "rate": stack.series("genobs:requests_finished:rate1m"),
@@ -187,13 +188,15 @@ def test_steady_load_is_silent_and_agrees_with_the_load_tool(stack: Stack) -> No
     }
     figure("steady", "finishes by reason", " ".join(f"{k} {v:g}" for k, v in finishes.items()))
     seen = stack.watcher.active(since)
-    # a fresh API server's memory grows while it warms up: the RSS-growth warning may go pending
-    # (its `for` is 30m); nothing else may even go pending on a healthy server
-    unexpected = sorted(f"{a} {sev} {st}" for a, sev, st in seen if not (a == "VllmApiServerRssGrowing" and st == "pending"))
-    assert not unexpected, f"alerts during a healthy steady load: {unexpected}"
-    assert result["completed"] >= 235, result
+    # nothing pages, nothing fires; a warning may go pending (a fresh API server's memory grows
+    # while it warms up: the RSS-growth warning), its `for` is what keeps a blip from notifying
+    figure("steady", "warnings pending", ", ".join(sorted({a for a, _, st in seen if st == "pending"})) or "none")
+    unexpected = sorted(f"{a} {sev} {st}" for a, sev, st in seen if sev == "critical" or st == "firing")
+    load = os.getloadavg()[0]
+    assert not unexpected, f"alerts during a healthy steady load (load average {load:.1f} on {os.cpu_count()} cores): {unexpected}"
+    assert result["completed"] >= 175, result
     figure("steady", "requests completed by vllm bench serve", float(result["completed"]))
-    # request rate: Poisson arrivals at 4/s, measured over the whole run by the tool, over 1m by genobs
+    # request rate: Poisson arrivals at 3/s, measured over the whole run by the tool, over 1m by genobs
     assert readings["rate"] == pytest.approx(result["request_throughput"], rel=0.25), (readings, result)
     figure("steady", "request rate genobs / bench (req/s)", f"{readings['rate']:.2f} / {result['request_throughput']:.2f}")
     # TTFT p99: within the histogram bucket the tool's p99 falls in (vLLM's bounds) or a neighbour
@@ -247,11 +250,15 @@ def test_client_timeouts_and_length_finishes_warn(stack: Stack) -> None:
     the engine never finished."""
     since = time.monotonic()
     body0 = stack.server.metrics()
-    stack.load(Client(stack.server.url, rate=3.0, max_tokens=48, length=0.3))
-    giving_up = stack.load(Client(stack.server.url, rate=2.0, max_tokens=400, min_tokens=380, timeout=0.3))
+    # on the handler the steady load used: a handler's first answers count once their series is a
+    # rate window old (genobs:api_server_unfinished)
+    stack.load(Client(stack.server.url, rate=3.0, max_tokens=48, length=0.3, chat=False))
+    giving_up = stack.load(Client(stack.server.url, rate=2.0, max_tokens=400, min_tokens=380, timeout=0.3, chat=False))
     abort = stack.watcher.wait("VllmAbortRatioHigh", ACTIVE, since, timeout=WINDOW + 30)
     length = stack.watcher.wait("VllmLengthFinishRatioHigh", ACTIVE, since, timeout=WINDOW + 30)
     unfinished = stack.series("genobs:requests_unfinished:rate1m")
+    with contextlib.suppress(TimeoutError):  # enough give-ups to count, however fast the alerts were
+        poll(lambda: giving_up.stats["timeout"] >= 10, time.monotonic() + 30, 0.5, "ten client timeouts")
     stack.quiet(drain=10)
     body1 = stack.server.metrics()
     aborts = sample(body1, "vllm:request_success_total", finished_reason="abort") - sample(

@@ -12,6 +12,7 @@ import yaml
 
 from genobs import promtool as pt
 from genobs.build import render_spec
+from genobs.checks import check_jobs
 from genobs.compiler import load_plan
 from genobs.plan.groups import panels_interval
 from genobs.plan.model import AlertRule
@@ -49,8 +50,12 @@ def _drop_panels(prometheus: Path, also: str | None = None) -> int:
 
 
 def _run_tests(prometheus: Path) -> pt.Result:
-    tests = sorted((prometheus / "tests").glob("*.test.yaml"))
-    return pt.test_rules([t.relative_to(prometheus) for t in tests], cwd=prometheus)
+    """Every generated test group, each over the rules it reads from what is left of the rule files
+    (genobs.testsplit, as the build's check runs them: a rule the group needs and the files lack
+    fails it just the same, at less than half of promtool's time on the whole files)."""
+    results = [job() for job in check_jobs(prometheus.parent, prometheus.parent.name, split=True)]
+    failed = [r for r in results if not r.ok]
+    return pt.Result(not failed, "\n".join(r.output for r in failed))
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])

@@ -165,6 +165,7 @@ def test_scenarios_listed_once() -> None:
         "idle_hang",
         "exporter_down",
         "http_5xx",
+        "network_retry",
     )
 
 

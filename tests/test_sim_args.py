@@ -63,3 +63,32 @@ def test_the_largest_accepted_rate_still_answers():
         proc.wait(10)
         proc.stdout.close()
         proc.stderr.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "needle"),
+    [
+        (["--addr", "999.1.1.1"], "'--addr'", "cannot serve on '999.1.1.1'"),
+        (["--addr", "203.0.113.7"], "'--addr'", "cannot serve on '203.0.113.7'"),  # not an address of this machine
+        (["--model", "a\nb=healthy"], "'--model'", "control character"),
+        (["--model", "a\x1b[31m"], "'--model'", "control character"),
+    ],
+)
+def test_what_cannot_be_served_names_its_option(args: list[str], option: str, needle: str):
+    result = CliRunner().invoke(main, ["simulate", "--port", "0", *args])
+    assert result.exit_code == 2, result.output
+    assert option in result.output and needle in result.output and "Traceback" not in result.output
+
+
+def test_a_busy_port_names_the_port_and_ipv6_is_bracketed():
+    first = subprocess.Popen([*GENOBS, "simulate", "--port", "0", "--addr", "::1"], stdout=subprocess.PIPE, text=True)
+    try:
+        banner = first.stdout.readline()
+        assert " on http://[::1]:" in banner, banner
+        port = banner.split("]:", 1)[1].split("/", 1)[0]
+        busy = CliRunner().invoke(main, ["simulate", "--port", port, "--addr", "::1"])
+        assert busy.exit_code == 2 and "'--port'" in busy.output and f"port {port} is in use" in busy.output, busy.output
+    finally:
+        first.terminate()
+        first.wait(timeout=10)
+        first.stdout.close()

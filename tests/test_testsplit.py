@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from genobs import promtool, testsplit
-from genobs.build import Checks, Job, check_jobs, render_spec
+from genobs.build import render_spec
+from genobs.checks import Checks, Job, check_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
@@ -219,3 +220,51 @@ def test_a_broken_rule_no_test_reads_still_fails_the_check_naming_file_and_rule(
     assert failed and any(r.output.startswith("Checking ") for r in failed)  # promtool check rules
     for r in failed:
         assert "recording.rules.yaml" in r.output and '"genobs:unread:broken": could not parse' in r.output
+
+
+@pytest.mark.usefixtures("promtool")
+def test_outputs_share_promtool_runs_and_a_failure_names_only_what_failed(monkeypatch):
+    """Several specs' test groups go into shared runs (a few groups each at least, some holding
+    groups of two specs) and one check rules run; a wrong expectation in one spec still
+    fails the check, and the output shows that group alone."""
+    runs: list[list[str]] = []
+    real = promtool._run
+
+    def counted(args: list[str], cwd: Path | None = None) -> promtool.Result:
+        runs.append(args)
+        return real(args, cwd)
+
+    monkeypatch.setattr(promtool, "_run", counted)
+    outs = [render_spec(p) for p in SPECS if p.stem in ("chat", "rag", "batch")]
+    rag = next(o for o in outs if o.name == "rag")
+    rel = "prometheus/tests/alerts.test.yaml"
+    doc = yaml.safe_load(rag.files[rel])
+    case = next(t for g in doc["tests"] for t in g["alert_rule_test"] if t["exp_alerts"])
+    case["exp_alerts"] = []
+    files, documents = {**rag.files, rel: yaml.safe_dump(doc).encode()}, {**rag.documents, rel: doc}
+    broken = type(rag)(rag.name, rag.spec_file, files, documents=documents)
+    with Checks(workers=2) as checks:
+        for out in outs:
+            checks.submit(broken if out is rag else out)
+        results = checks.results()
+    test_runs = [a[2:] for a in runs if a[:2] == ["test", "rules"]]
+    groups = sum(len(o.documents[r]["tests"]) for o in outs for r in o.documents if r.startswith("prometheus/tests/"))
+    assert len([a for a in runs if a[:2] == ["check", "rules"]]) == 1
+    assert sum(len(files) for files in test_runs) == groups and len(test_runs) <= groups / 4
+    assert any(len({Path(f).parts[-6] for f in files}) > 1 for files in test_runs)  # .../<spec>/.split/...
+    failed = [r for r in results if not r.ok]
+    assert len(failed) == 1 and "FAILED" in failed[0].output and "SUCCESS" not in failed[0].output
+    assert "/rag/.split/alerts.test-" in failed[0].output
+
+
+def test_failures_keep_what_failed_and_drop_what_passed():
+    output = (
+        "Unit Testing:  a.yaml\n  SUCCESS\n\nUnit Testing:  b.yaml\n  FAILED:\n    alertname: A, time: 2m,\n"
+        "        exp:[],\n\nUnit Testing:  c.yaml\n  WARNING: no file match pattern x.yaml\n  SUCCESS\n\n"
+        "Checking r.yaml\n  SUCCESS: 3 rules found\n"
+    )
+    assert promtool.failures(output) == (
+        "Unit Testing:  b.yaml\n  FAILED:\n    alertname: A, time: 2m,\n        exp:[],\n\n"
+        "Unit Testing:  c.yaml\n  WARNING: no file match pattern x.yaml\n  SUCCESS"
+    )
+    assert promtool.failures("promtool: error: path 'x' does not exist") == "promtool: error: path 'x' does not exist"

@@ -13,7 +13,7 @@ import yaml
 from genobs.build import render_spec
 from genobs.sim import Simulator
 from tests.conftest import REPO
-from tests.e2e_support import poll, render_variant, rules_of
+from tests.e2e_support import poll, rules_of
 from tests.vm_support import Alertmanager, VictoriaMetrics, VmAlert, running, scrape_config
 
 pytestmark = pytest.mark.slow  # real servers on loopback
@@ -22,11 +22,22 @@ CHAT = REPO / "specs" / "chat.yaml"
 
 
 def _rule_files(out) -> dict[str, bytes]:
-    return {n: b for n, b in out.files.items() if n.startswith("prometheus/") and n.endswith(".rules.yaml")}
+    """The rule files a vmalert user loads: the `victoriametrics` output (vmalert/), which leaves
+    out keep_firing_for (Debian's vmalert 1.79 refuses it; the prometheus/ files carry it)."""
+    return {n: b for n, b in out.files.items() if n.startswith("vmalert/") and n.endswith(".rules.yaml")}
+
+
+def _on_vmalert(data: dict, tmp_path: Path):
+    data["output"] = {"backend": "victoriametrics"}
+    path = tmp_path / "chat.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return render_spec(path)
 
 
 def test_vmalert_evaluates_every_generated_rule_without_error(tmp_path: Path):
-    out, _ = render_variant(CHAT, tmp_path)
+    data = yaml.safe_load(CHAT.read_text())
+    data["rate_window"], data["evaluation_interval"] = "1m", "1s"
+    out = _on_vmalert(data, tmp_path)
     recorded = {r.record for r in rules_of(out) if r.record}
     with Simulator("0.33.0", {"gpt-oss-120b": "healthy"}, request_rate=20, seed=1) as sim:
         sim.start(0)
@@ -67,9 +78,7 @@ def _outage_spec(tmp_path: Path):
     data.setdefault("alerts", {})["ttft"] = {"warning": "1s", "critical": "2.5s", "for": "5s"}
     for slo in data["slos"]:
         slo["burn_rates"] = burn
-    path = tmp_path / "chat.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return render_spec(path)
+    return _on_vmalert(data, tmp_path)
 
 
 def _values(vm: VictoriaMetrics, expr: str, start: float, end: float) -> dict[tuple, list[float]]:

@@ -1,48 +1,40 @@
-"""`genobs backtest SPEC --prometheus URL --from T --to T`: what the spec's alerts would
-have done over a live Prometheus' history. The command: options, the checks on the range
-and the server (exit 2 with a clear message), then rules (backtest_rules) -> private copy
-of the raw history (backtest_pull) and recorded series (backtest_tsdb) -> alert episodes
-(backtest_alerts) -> report (backtest_report) and timeline PNG (backtest_plot)."""
+"""`genobs backtest SPEC --prometheus URL --from T --to T`: the shell around the backtest
+stage (genobs/backtest/): options and their checks, exit codes (2 with a clear message for
+bad input or a bad server, 128+signal when stopped), and the output. Everything it prints
+goes through the source's `scrub`, so no stream shows a credential."""
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import NoReturn
 
 import click
 
+from genobs.backtest.source import DEFAULT_DEADLINE
 from genobs.commands.promopts import credential_options, url_option
 
 DEFAULT_MAX_SERIES = 20_000
-SCRAPE_GUESS = 15.0  # seconds between samples assumed when sizing a pull window
+
+_scrub = [str]  # the source's scrub, once the source is known
+
+
+def _say(message: str, err: bool = False, nl: bool = True) -> None:
+    click.echo(_scrub[0](message), err=err, nl=nl)
 
 
 def _exit2(message: str) -> NoReturn:
-    click.echo(message, err=True)
+    _say(message, err=True)
     sys.exit(2)
 
 
 def _progress(message: str) -> None:
-    click.echo(f"backtest: {message}", err=True)
-
-
-def _flags(source, timeout: float) -> dict[str, str]:
-    from genobs.commands.backtest_tsdb import ask
-    from genobs.promhttp import PrometheusError, redact
-
-    data = ask(source, "status/flags", {}, timeout)
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        where = redact(source.url)
-        raise PrometheusError(f"{where}/api/v1/status/flags: the answer is not a map of flags; is it a Prometheus?")
-    return data
+    _say(f"backtest: {message}", err=True)
 
 
 def _range(start_text: str, end_text: str) -> tuple[float, float]:
-    from genobs.commands.backtest_report import human as format_seconds
+    from genobs.backtest.report import human
     from genobs.gates.sides import MAX_RANGE_S, SideError, parse_time
 
     now = time.time()
@@ -55,89 +47,20 @@ def _range(start_text: str, end_text: str) -> tuple[float, float]:
     if end > now + 60:
         _exit2(f"error: --to ({end_text}) is in the future; nothing has happened there yet")
     if end - start > MAX_RANGE_S:
-        _exit2(
-            f"error: the range is {format_seconds(end - start)} long; backtest at most {format_seconds(MAX_RANGE_S)}"
-        )
+        _exit2(f"error: the range is {human(end - start)} long; backtest at most {human(MAX_RANGE_S)}")
     if end - start < 600:
-        _exit2(f"error: the range is {format_seconds(end - start)} long; backtest ranges of 10m or more")
+        _exit2(f"error: the range is {human(end - start)} long; backtest ranges of 10m or more")
     return start, end
 
 
-def _retention(source, timeout: float) -> str:
-    """The time retention Prometheus applies ("15d"; "" when it keeps by size only)."""
-    import re
+def _check_plot(path: Path) -> None:
+    from genobs.gates.plot import PlotUnavailable, check_path, check_plotting
 
-    from genobs.commands.backtest_tsdb import ask
-
-    data = ask(source, "status/runtimeinfo", {}, timeout)
-    text = data.get("storageRetention") if isinstance(data, dict) else None
-    found = re.match(r"\s*((?:\d+(?:ms|s|m|h|d|w|y))+)", text) if isinstance(text, str) else None
-    return found.group(1) if found else ""
-
-
-def _check_retention(url: str, text: str, start: float) -> None:
-    from genobs.commands.backtest_report import human as format_seconds
-    from genobs.units import prom_duration_seconds
-
-    keep = prom_duration_seconds(text) if text else 0.0
-    if keep > 0 and start < time.time() - keep:
-        oldest = time.time() - keep
-        _exit2(
-            f"error: --from is {format_seconds(time.time() - start)} ago, beyond the retention of {url} "
-            f"({text}): nothing older than about {_when(oldest)} is kept; choose a later --from"
-        )
-
-
-def _when(ts: float) -> str:
-    from genobs.commands.backtest_report import when
-
-    return when(ts)
-
-
-def _dry_run(rulesets, selectors, counts, start, end, pull_start, window) -> None:
-    from genobs.commands.backtest_report import human as format_seconds
-    from genobs.commands.backtest_rules import selector_text
-
-    click.echo(f"range: {_when(start)} .. {_when(end)}")
-    click.echo(f"raw history pulled: {_when(pull_start)} .. {_when(end)} (warm-up of the longest alert window)")
-    windows = max(1, int(-(-(end - pull_start) // window)))
-    click.echo(
-        f"{len(selectors)} selectors, {sum(counts)} series, pulled in {windows} windows of {format_seconds(window)}:"
-    )
-    for sel, n in zip(selectors, counts):
-        click.echo(f"  {n:>6}  {selector_text(sel)}")
-    for rs in rulesets:
-        recorded = sum(len(level) for level in rs.levels)
-        click.echo(
-            f"spec {rs.spec}: {recorded} recording rules in {len(rs.levels)} levels, {len(rs.alerts)} alerting rules, "
-            f"warm-up {format_seconds(rs.warmup)}"
-        )
-
-
-def _evaluate(rulesets, levels, raw: Path, work: Path, lookback: str, start, end, timeout, plot: bool):
-    """Episodes of each ruleset's alerts, over one private copy of the history that holds
-    `levels` (the recording rules they read); with `plot`, the signals of those that fired."""
-    from genobs.commands.backtest_alerts import evaluate
-    from genobs.commands.backtest_plot import signals
-    from genobs.commands.backtest_report import Result
-    from genobs.commands.backtest_tsdb import PrivatePrometheus, backfill_levels
-
-    tsdb = work / "tsdb"
-    shutil.copytree(raw, tsdb)
-    server = PrivatePrometheus(work, tsdb, lookback)
-    _progress(f"spec {' and '.join(rs.spec for rs in rulesets)}: evaluating")
     try:
-        server.start()
-        backfill_levels(server, levels, start, end, timeout, _progress)
-        results = []
-        for rs in rulesets:
-            episodes = tuple(evaluate(server.url, rs.alerts, start, end, timeout, _progress))
-            fired = {(e.alert, e.severity) for e in episodes}
-            shown = [a for a in rs.alerts if (a.name, a.severity) in fired] if plot else []
-            results.append(Result(rs, episodes, signals(server.url, shown, start, end, timeout) if shown else {}))
-        return results
-    finally:
-        server.stop()
+        check_path(path)
+        check_plotting()
+    except PlotUnavailable as exc:
+        _exit2(f"error: {exc}")
 
 
 @click.command("backtest")
@@ -159,6 +82,13 @@ def _evaluate(rulesets, levels, raw: Path, work: Path, lookback: str, start, end
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be pulled and evaluated; pull nothing.")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds per HTTP request.")
+@click.option(
+    "--deadline",
+    type=float,
+    default=DEFAULT_DEADLINE,
+    show_default=True,
+    help="Seconds for the whole run: every request, the copy and the evaluation.",
+)
 @credential_options
 def backtest(
     spec_path,
@@ -171,6 +101,7 @@ def backtest(
     max_series,
     dry_run,
     timeout,
+    deadline,
     bearer_token_file,
     basic_auth_user,
     basic_auth_password_file,
@@ -180,19 +111,24 @@ def backtest(
     Prometheus' own evaluation (its query engine on the real samples, each group's
     interval, `for` and `keep_firing_for`). With --baseline-spec, the old spec's
     episodes side by side, so a threshold change is judged before it is merged."""
+    from genobs.backtest import run as stage
+    from genobs.backtest.blocks import BacktestError
+    from genobs.backtest.children import Stopped, stopped_by_signals
+    from genobs.backtest.report import Run, to_json, to_text
+    from genobs.backtest.rules import load_rules
+    from genobs.backtest.source import Deadline, Source
     from genobs.cli import fail_spec
-    from genobs.commands.backtest_pull import pull_raw, window_seconds
-    from genobs.commands.backtest_report import Run, to_json, to_text
-    from genobs.commands.backtest_rules import load_rules, shared_levels
-    from genobs.commands.backtest_tsdb import BacktestError, Source, count_series
     from genobs.commands.promopts import authorization_from
-    from genobs.errors import SpecError
-    from genobs.promhttp import PrometheusError, check_timeout, check_url, redact
+    from genobs.errors import SpecError, printable
+    from genobs.promhttp import PrometheusError, check_timeout
 
+    _scrub[0] = str
     start, end = _range(from_, to)
+    if plot_path is not None:  # before the run: a chart that cannot be written must not cost one
+        _check_plot(plot_path)
     for path in (spec_path, baseline_spec):
         if path is not None and not path.is_file():
-            _exit2(f"{path}: error: no such spec file")
+            _exit2(f"{printable(str(path))}: error: no such spec file")
     try:
         candidate = load_rules(spec_path)
         baseline = load_rules(baseline_spec) if baseline_spec else None
@@ -201,61 +137,36 @@ def backtest(
     rulesets = [r for r in (baseline, candidate) if r is not None]
     if "://" not in url:
         url = "http://" + url
-    shown = redact(url)  # reports and errors never show a password given in the URL
     try:
-        check_url(url)
+        stage.check_alerts(rulesets)
         check_timeout(timeout)
-        source = Source(url, authorization_from(bearer_token_file, basic_auth_user, basic_auth_password_file))
-        flags = _flags(source, timeout)
-        _check_retention(shown, _retention(source, timeout), start)
-        lookback = flags.get("query.lookback-delta") or "5m"
-        from genobs.units import prom_duration_seconds
-
-        rule_start = int(start - max(r.warmup for r in rulesets)) - 600  # and the rules' first interval
-        pull_start = rule_start - max(r.raw_reach for r in rulesets) - prom_duration_seconds(lookback)
-        selectors = tuple(sorted({(s.name or "", s.matchers): s for r in rulesets for s in r.raw}.values()))
-        counts = [count_series(source, s, pull_start, end, timeout) for s in selectors]
-        if sum(counts) > max_series:
-            _exit2(
-                f"error: the spec's selectors match {sum(counts)} series between {_when(pull_start)} and {_when(end)}, "
-                f"more than --max-series {max_series}; narrow the spec's selector or models, shorten the range, "
-                "or raise --max-series"
-            )
-        window = window_seconds(max(counts, default=1), SCRAPE_GUESS)
-        if dry_run:
-            _dry_run(rulesets, selectors, counts, start, end, pull_start, window)
-            return
-        if not sum(count_series(source, s, start, end, timeout) for s in selectors):
-            _exit2(
-                f"error: no data: none of the {len(selectors)} series selectors of {candidate.spec} has samples "
-                f"on {shown} between {_when(start)} and {_when(end)}; check the range and `genobs doctor {spec_path}`"
-            )
-        with tempfile.TemporaryDirectory(prefix="genobs-backtest-") as tmp:
-            work = Path(tmp)
-            raw = work / "raw"
-            raw.mkdir()
-            copied = pull_raw(source, selectors, pull_start, end, window, work, raw, timeout, _progress)
-            if not copied:
-                _exit2(f"error: no data: {shown} returned no samples between {_when(pull_start)} and {_when(end)}")
-            _progress(f"copied {copied} samples of {sum(counts)} series")
-            shared = shared_levels(rulesets)  # a baseline that changed only alerts shares the recorded series
-            batches = [(rulesets, shared)] if shared is not None else [([rs], rs.levels) for rs in rulesets]
-            results = []
-            for n, (batch, levels) in enumerate(batches):
-                side = work / f"side{n}"
-                side.mkdir()
-                results += _evaluate(batch, levels, raw, side, lookback, start, end, timeout, plot_path is not None)
-    except PrometheusError as exc:
+        limit = Deadline.after(deadline)
+        authorization = authorization_from(bearer_token_file, basic_auth_user, basic_auth_password_file)
+        source = Source(url, authorization, timeout, limit)
+    except (PrometheusError, BacktestError) as exc:
         _exit2(f"error: {exc}")
-    except BacktestError as exc:
+    _scrub[0] = source.scrub  # reports and errors never show a credential
+    try:
+        with stopped_by_signals():
+            plan = stage.plan(source, rulesets, start, end, max_series)
+            if dry_run:
+                _say(plan.text(), nl=False)
+                return
+            doctor = f"genobs doctor {printable(str(spec_path))}"
+            results = stage.run(source, plan, max_series, plot_path is not None, _progress, doctor)
+    except (PrometheusError, BacktestError) as exc:
         _exit2(f"error: {exc}")
-    run = Run(shown, start, end, results[-1], results[0] if baseline else None)
+    except Stopped as exc:
+        _say(f"backtest: stopped by {exc}; the private Prometheus and promtool were stopped, the copy removed", err=True)
+        sys.exit(128 + exc.signum)
+    run = Run(source.shown, start, end, results[-1], results[0] if baseline else None)
+    # the report first: a chart that cannot be written must not lose it
+    _say(to_json(run) if fmt == "json" else to_text(run, fmt), nl=False)
     if plot_path is not None:
-        from genobs.commands.backtest_plot import timeline_chart
+        from genobs.backtest.plot import timeline_chart
         from genobs.gates.plot import PlotUnavailable
 
         try:
             timeline_chart(plot_path, run)
         except PlotUnavailable as exc:
             _exit2(f"error: {exc}")
-    click.echo(to_json(run) if fmt == "json" else to_text(run, fmt), nl=False)

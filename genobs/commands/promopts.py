@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from genobs.errors import printable
 from genobs.inputs import Unreadable, read_regular
 from genobs.promhttp import PrometheusError, Server, basic, connect
 
@@ -73,11 +74,11 @@ def credential_options(func):
 def _secret(path: Path, what: str) -> str:
     try:
         raw = read_regular(path, _MAX_SECRET + 1, what, f"a {what} file is a regular file")
-    except Unreadable as exc:
-        raise PrometheusError(f"{path}: {exc.message}") from None
+    except Unreadable as exc:  # a file name (or a link's target) may hold terminal escapes
+        raise PrometheusError(printable(f"{path}: {exc.message}")) from None
     text = raw.decode("utf-8", "replace").strip()  # a trailing newline is how editors save it
     if len(raw) > _MAX_SECRET or not text or not (text.isascii() and text.isprintable()):
-        raise PrometheusError(f"{path}: the {what} file must hold one line of printable ASCII")
+        raise PrometheusError(f"{printable(str(path))}: the {what} file must hold one line of printable ASCII")
     return text
 
 

@@ -12,6 +12,7 @@ import click
 import yaml
 
 from genobs.catalog import ENGINES, GATEWAYS
+from genobs.errors import printable
 
 # gateway -> (its scrape job by default, what its /metrics is)
 _GATEWAY_LINES = {
@@ -367,8 +368,10 @@ def init(
         front = (gateway, gateway_version, _GATEWAY_LINES[gateway][0] if gateway_job is None else gateway_job)
         if not front[2].strip():
             raise click.BadParameter("must not be empty", param_hint="--gateway-job")
-    if output is not None and output.exists() and not force:
-        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    if output is not None and output.is_dir() and not output.is_symlink():
+        raise click.BadParameter(f"{printable(str(output))} is a folder; give a file name", param_hint="-o/--output")
+    if output is not None and os.path.lexists(output) and not force:  # a dangling link exists too
+        raise click.UsageError(f"{printable(str(output))} exists; pass --force to overwrite it")
     for option, value in (("--model", model), ("--job", job)):
         if not value.strip():
             raise click.BadParameter("must not be empty", param_hint=option)
@@ -395,6 +398,11 @@ def init(
     if output is None:
         click.echo(text, nl=False)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
-    click.echo(f"wrote {output}; build it with: genobs build {output}", err=True)
+    from genobs.writer import write_file
+
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_file(output, text.encode("utf-8"))  # a link at -o is replaced, not followed
+    except OSError as exc:
+        raise click.BadParameter(f"{printable(str(output))}: cannot write: {exc.strerror or exc}", param_hint="-o/--output") from None
+    click.echo(f"wrote {printable(str(output))}; build it with: genobs build {printable(str(output))}", err=True)

@@ -14,6 +14,7 @@ import click
 import yaml
 
 from genobs.catalog import ENGINES, GATEWAYS, load_catalog
+from genobs.errors import printable
 
 # where a Prometheus running in Kubernetes finds its own service-account token
 IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -285,8 +286,9 @@ def scrape_config(
     """
     if (drop_unread or remote_write) and spec is None:
         raise click.UsageError(f"{'--drop-unread' if drop_unread else '--remote-write'} needs SPEC: what it keeps is what the spec's rules read")
-    if remote_write is not None and not re.fullmatch(r"https?://[^\s]+", remote_write):
-        raise click.BadParameter(f"{remote_write!r} is not an http(s) URL", param_hint="--remote-write")
+    # printable ASCII only: the URL is written into YAML a Prometheus loads, a control character could hide there
+    if remote_write is not None and not re.fullmatch(r"https?://[!-~]+", remote_write):
+        raise click.BadParameter(f"{printable(repr(remote_write))} is not an http(s) URL", param_hint="--remote-write")
     if gateway_token_file is not None and gateway_no_auth:
         raise click.UsageError("give --gateway-token-file or --gateway-no-auth, not both")
     plan = _plan(spec) if spec is not None and (drop_unread or remote_write) else None

@@ -16,8 +16,9 @@ class PlotUnavailable(Exception):
 
 
 def check_path(path: Path) -> None:
-    """Refuse, before any work, a --plot target that cannot become a PNG file."""
-    if path.is_dir():
+    """Refuse, before any work, a --plot target that cannot become a PNG file. A symbolic link
+    there is fine: the chart replaces the link (_save), never the file it points to."""
+    if path.is_dir() and not path.is_symlink():
         raise PlotUnavailable(f"--plot {printable(str(path))}: is a folder; give a file name ending in .png")
     if path.suffix.lower() != ".png":
         raise PlotUnavailable(f"--plot {printable(str(path))}: the chart is a PNG; give a file name ending in .png")
@@ -30,11 +31,26 @@ def _plain(text: str) -> str:
     return printable(text).replace("$", r"\$")
 
 
-def _save(fig, path: Path) -> None:
+def check_plotting() -> None:
+    """PlotUnavailable now, not after the work, when matplotlib is missing."""
+    _pyplot()
+
+
+def save(fig, path: Path, tight: bool = False) -> None:
+    """The PNG written with writer.write_file: whole or not at all, through no symbolic link."""
+    import io
+
+    from genobs.writer import write_file
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None}, **({"bbox_inches": "tight"} if tight else {}))
     try:
-        fig.savefig(path, metadata={"Software": None})
+        write_file(path, buffer.getvalue())
     except OSError as exc:
         raise PlotUnavailable(f"--plot {printable(str(path))}: cannot write: {exc.strerror or exc}") from None
+
+
+_save = save
 
 
 def _pyplot():

@@ -22,6 +22,9 @@ class Tiers:
     edge: tuple[RuleGroup, ...]  # groups with their edge rules, in plan order (empty groups left out)
     global_: tuple[RuleGroup, ...]
     shipped: tuple[tuple[str, str], ...]  # (name, le regex) of the raw series the global rules read, sorted
+    # (name, le regex, the selector's equality matchers) of each read: a raw series ships only from
+    # the job it is read under (`up` of the spec's pods, not of every job of the cluster)
+    shipped_under: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = ()
 
 
 EDGE_HISTORY_SECONDS = 3600  # an edge Prometheus needs an hour of history (plus its rate windows), not days
@@ -72,6 +75,7 @@ def split(plan: Plan) -> Tiers:
     edge = part(lambda r: id(r) in edge_ids)
     global_ = part(lambda r: id(r) not in edge_ids)
     shipped: dict[str, set[str]] = {}
+    under: set[tuple[str, str, tuple[tuple[str, str], ...]]] = set()
     # the global rules' raw reads, and the dashboard's annotations (restarts, engine configs: one
     # series per target or engine), which the global tier's Grafana reads
     reads = [sel for g in global_ for r in g.rules for sel in q.vector_selectors(r.expr)]
@@ -80,8 +84,10 @@ def split(plan: Plan) -> Tiers:
             # a bucket read at one bound ships that bound only: not every bucket of every pod
             le = [v if op == "=~" else q.regex_escape(v) for k, op, v in sel.matchers if k == "le" and op in ("=", "=~")]
             shipped.setdefault(sel.name, set()).add(le[0] if le else ".*")
+            where = tuple(sorted((k, v) for k, op, v in sel.matchers if op == "=" and k not in ("le", "__name__")))
+            under.add((sel.name, le[0] if le else ".*", where))
     flat = {(name, ".*" if ".*" in les else le) for name, les in shipped.items() for le in les}
-    return Tiers(edge, global_, tuple(sorted(flat)))
+    return Tiers(edge, global_, tuple(sorted(flat)), tuple(sorted(under)))
 
 
 def groups_of(plan: Plan, tier: str) -> tuple[RuleGroup, ...]:
@@ -93,10 +99,20 @@ def groups_of(plan: Plan, tier: str) -> tuple[RuleGroup, ...]:
 
 def write_relabel_configs(plan: Plan) -> list[dict]:
     """remote_write `write_relabel_configs` of an edge Prometheus: keep the recorded series and
-    the raw series the global rules read (a histogram's buckets only at the bounds they read),
-    drop everything else: raw engine series stay in the cluster. One `keep` over `__name__;le`."""
-    keep = [f"{naming.PREFIX}:.*;.*", *(f"{q.regex_escape(name)};{le}" for name, le in split(plan).shipped)]
-    return [{"source_labels": ["__name__", "le"], "separator": ";", "regex": "|".join(keep), "action": "keep"}]
+    the raw series the global rules read (a histogram's buckets only at the bounds they read)
+    under the selector they read them with, drop everything else: raw engine series stay in the
+    cluster, and `up` of node-exporter or kube-state-metrics is not shipped. One `keep` over
+    `__name__;le;<the selectors' labels>`."""
+    tiers = split(plan)
+    keys = sorted({k for _, _, where in tiers.shipped_under for k, _ in where})
+    any_value = "".join(";.*" for _ in keys)
+    keep = [f"{naming.PREFIX}:.*;.*{any_value}"]
+    for name, le, where in tiers.shipped_under:
+        values = dict(where)
+        scoped = "".join(f";{q.regex_escape(values[k])}" if k in values else ";.*" for k in keys)
+        keep.append(f"{q.regex_escape(name)};{le}{scoped}")
+    labels = ["__name__", "le", *keys]
+    return [{"source_labels": labels, "separator": ";", "regex": "|".join(dict.fromkeys(keep)), "action": "keep"}]
 
 
 def has_alerts(groups: tuple[RuleGroup, ...]) -> bool:

@@ -1,8 +1,9 @@
-"""`genobs simulate` / `python -m genobs.sim`: run a simulated engine /metrics exporter (vLLM or SGLang)
-until SIGINT/SIGTERM."""
+"""`genobs simulate` / `python -m genobs.sim`: run a simulated /metrics exporter (an engine, a gateway,
+or an application's OpenTelemetry GenAI metrics) until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
+import errno
 import math
 import signal
 import sys
@@ -10,10 +11,21 @@ import threading
 
 import click
 
-from genobs.catalog import ENGINES, GATEWAYS, load_catalog
+from genobs.catalog import ENGINES, GATEWAYS, OTEL_GENAI, load_catalog
 
 from .scenarios import DESCRIPTIONS, SCENARIOS, parse_model_spec
 from .simulator import DEFAULT_CLIENT_TIMEOUT, DEFAULT_VERSION, ROLES, Simulator
+
+
+def _bind_error(exc: OSError, port: int, addr: str) -> click.BadParameter:
+    """What made binding fail, on the option that caused it: a port in use, or an address this
+    machine does not have or cannot parse."""
+    if exc.errno == errno.EADDRINUSE:
+        return click.BadParameter(f"port {port} is in use on {addr}; pick another, or 0 for any free port", param_hint="'--port'")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return click.BadParameter(f"binding port {port} is not allowed here ({exc.strerror})", param_hint="'--port'")
+    reason = exc.strerror or str(exc)
+    return click.BadParameter(f"cannot serve on {addr!r}: {reason} (an address of this machine, e.g. 127.0.0.1 or ::1)", param_hint="'--addr'")
 
 
 def _models(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -65,10 +77,19 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
 @click.option("--addr", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--engine",
-    type=click.Choice((*ENGINES, *GATEWAYS)),
+    type=click.Choice((*ENGINES, *GATEWAYS, *OTEL_GENAI)),
     default="vllm",
     show_default=True,
-    help="Serving engine (or gateway: llm-d-epp, dynamo) to mimic: names, labels and buckets come from its profile.",
+    help="Serving engine (or gateway: llm-d-epp, dynamo; or OpenTelemetry GenAI metrics: otel-genai of an "
+    "application, otel-genai-server of a server) to mimic: names, labels and buckets come from its profile.",
+)
+@click.option(
+    "--translation",
+    type=click.Choice(("underscores_with_suffixes", "utf8", "utf8_without_suffixes")),
+    default=None,
+    help="otel-genai, otel-genai-server: the name translation the body is in: underscores_with_suffixes (the "
+    "Python SDK's Prometheus exporter; default) or a Collector's prometheus exporter keeping UTF-8 names "
+    "(utf8: NoUTF8EscapingWithSuffixes, utf8_without_suffixes: NoTranslation).",
 )
 @click.option(
     "--version",
@@ -152,6 +173,7 @@ def simulate(
     port: int,
     addr: str,
     engine: str,
+    translation: str | None,
     vllm_version: str | None,
     models: dict[str, str],
     seed: int,
@@ -169,19 +191,28 @@ def simulate(
 
     exporter_down closes the whole HTTP server, so run it in a simulator process of its own.
     """
-    if role is not None and (engine in GATEWAYS or load_catalog(engine).roles is None):
-        name = engine if engine in GATEWAYS else load_catalog(engine).display_name
+    layer = (*GATEWAYS, *OTEL_GENAI)  # not an engine: no role, no token-count bounds of its own
+    if translation is not None and engine not in OTEL_GENAI:
+        raise click.BadParameter(f"{engine} writes Prometheus names itself; only OpenTelemetry metrics are "
+                                 "translated", param_hint="'--translation'")
+    if role is not None and (engine in layer or load_catalog(engine).roles is None):
+        name = engine if engine in layer else load_catalog(engine).display_name
         raise click.BadParameter(
             f"{name} writes no prefill/decode role of its own; only SGLang's servers do (engine_type). "
             "Run one simulator per pool and give each its role as a target label (service.roles).",
             param_hint="'--role'",
         )
-    if max_model_len is not None and engine in GATEWAYS:
+    if max_model_len is not None and engine in layer:
         raise click.BadParameter(
-            f"{engine} is a gateway: it writes no token-count histogram of an engine", param_hint="'--max-model-len'"
+            f"{engine} is not an engine: it writes no token-count histogram of an engine", param_hint="'--max-model-len'"
         )
     try:
-        if engine == "dynamo":
+        if engine in OTEL_GENAI:
+            from .otel_genai import OtelGenAISimulator
+
+            sim = OtelGenAISimulator(vllm_version, models or None, engine=engine, translation=translation,
+                                     fault_after=fault_after, request_rate=request_rate)
+        elif engine == "dynamo":
             from .dynamo import DynamoFrontendSimulator
 
             sim = DynamoFrontendSimulator(vllm_version, models or None, fault_after=fault_after, request_rate=request_rate)
@@ -215,7 +246,10 @@ def simulate(
 
     previous = {sig: signal.signal(sig, _handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        sim.start(port=port, addr=addr)
+        try:
+            sim.start(port=port, addr=addr)
+        except OSError as exc:
+            raise _bind_error(exc, port, addr) from None
         listing = ", ".join(f"{m}={s}" for m, s in sim.models.items())
         if role is not None:
             listing += f"; {role} server"

@@ -17,6 +17,7 @@ from prometheus_client.utils import floatToGoString
 
 from genobs import data as data_files
 from genobs.catalog import Version, format_version, load_catalog, parse_version
+from genobs.sim.simulator import metrics_url
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ class GatewaySimulator:
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("simulator not started")
-        return f"http://{self._addr}:{self.port}/metrics"
+        return metrics_url(self._addr, self.port)
 
     def start(self, port: int = 0, addr: str = "127.0.0.1") -> int:
         httpd, thread = start_http_server(port, addr=addr, registry=self.registry)

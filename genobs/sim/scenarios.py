@@ -23,6 +23,7 @@ SCENARIOS: tuple[str, ...] = (
     "idle_hang",
     "exporter_down",
     "http_5xx",
+    "network_retry",
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -49,7 +50,12 @@ DESCRIPTIONS: dict[str, str] = {
     "exporter_down": "the whole HTTP exporter stops answering (run it in its own simulator process)",
     "http_5xx": "the API server answers ~10% of generation requests with 5xx before they reach the engine "
     "(http_requests_total{status=\"5xx\"}; per exporter, like the process series)",
+    "network_retry": "the network between the application and its servers fails and the client retries: "
+    "operation duration and first chunk +2-4 s at the application (--engine otel-genai), nothing at the servers",
 }
+
+#: Scenarios only the application sees (its own network, retries): every server's series stay healthy.
+CLIENT_ONLY_SCENARIOS = frozenset({"network_retry"})
 
 #: Scenarios that hit one rank of the model (the last), the others staying healthy: scenario -> the
 #: profile of that rank.
@@ -111,7 +117,7 @@ def profile_for(
     `disconnects`: the engine does not count a client's give-up as a finished request (vLLM)."""
     if scenario not in DESCRIPTIONS:
         raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-    if fault_age < 0 or scenario in PROCESS_SCENARIOS or scenario == "healthy":
+    if fault_age < 0 or scenario in PROCESS_SCENARIOS or scenario in CLIENT_ONLY_SCENARIOS or scenario == "healthy":
         return HEALTHY
     if scenario in RANK_SCENARIOS:
         raise ValueError(f"{scenario} hits one rank: ask for the profile of {RANK_SCENARIOS[scenario]} on that rank")
@@ -152,6 +158,9 @@ def parse_model_spec(text: str) -> tuple[str, str]:
     name, scenario = name.strip(), (scenario.strip() if sep else "healthy")
     if not name:
         raise ValueError(f"empty model name in {text!r} (expected NAME=SCENARIO)")
+    if any(not c.isprintable() for c in name):
+        # a label value with a newline or escape breaks the exposition and every line that prints it
+        raise ValueError(f"model name {name!r} holds a control character (a newline, tab or escape)")
     if scenario not in DESCRIPTIONS:
         raise ValueError(f"unknown scenario {scenario!r} in {text!r}; known: {', '.join(SCENARIOS)}")
     return name, scenario

@@ -37,6 +37,12 @@ def one_two_five(limit: int) -> tuple[float, ...]:
         scale *= 10
 
 
+def metrics_url(addr: str, port: int) -> str:
+    """The /metrics URL of a server bound to `addr` (an IPv6 address in brackets, as URLs write it)."""
+    host = f"[{addr}]" if ":" in addr else addr
+    return f"http://{host}:{port}/metrics"
+
+
 class Simulator:
     """A simulated vLLM exporter for one vLLM version and a set of models, one scenario each.
 
@@ -207,7 +213,7 @@ class Simulator:
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("simulator not started")
-        return f"http://{self._addr}:{self.port}/metrics"
+        return metrics_url(self._addr, self.port)
 
     @property
     def serving(self) -> bool:

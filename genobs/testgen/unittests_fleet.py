@@ -159,7 +159,12 @@ class Fleet:
         return dict(self.finish)
 
     def dist(self, key: str) -> Dist:
-        return dict(self.latency).get(key) or ((0, observations(key)),)
+        try:
+            latency = self.__dict__["_latency"]
+        except KeyError:  # a dict of the field, made once: the probes ask thousands of times
+            latency = dict(self.latency)
+            object.__setattr__(self, "_latency", latency)
+        return latency.get(key) or ((0, observations(key)),)
 
     def with_share(self, reason: str, rate: int, slack: str = "stop") -> Fleet:
         """`reason` finishes at `rate` req/s; `slack` absorbs the difference (total stays REQUESTS)."""
@@ -221,7 +226,10 @@ def num(x: float) -> str:
     return str(int(x)) if x == int(x) and abs(x) < 1e15 else repr(x)
 
 
+@functools.cache
 def per_minute(total_per_second: float, ranks: int) -> float:
+    """A counter's increment per minute and rank (exact: promtool adds it up minute after minute).
+    Cached: every rate of every candidate fleet asks for a few dozen values, each a Fraction's work."""
     return float(num(Fraction(total_per_second) / ranks * 60))
 
 

@@ -133,24 +133,42 @@ def slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tup
     Memoized per (SLO, fleet, minute, window): the probes ask for the same totals for every
     candidate fault, window and alert of an SLO, and a long window reads every minute of the
     history; without it test generation grew with SLOs x windows x minutes."""
-    key = (slo, fleet, at, window)
-    found = env.memo.get(key)
+    table = _table(env, slo, fleet)
+    found = table.get((at, window))
     if found is None:
         before, env.inexact = env.inexact, False
-        found = (*_slo_totals(env, slo, fleet, at, window), env.inexact)
-        env.memo[key] = found
+        found = (*_slo_totals(env, slo, fleet, at, window, table), env.inexact)
+        table[(at, window)] = found
         env.inexact = before
     env.inexact = env.inexact or found[2]
     return found[0], found[1]
 
 
-def _slo_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) -> tuple[float, float]:
+def _table(env: Env, slo: SloDef, fleet: Fleet) -> dict[tuple[int, int], tuple[float, float, bool]]:
+    """(minute, window) -> (errors, requests, inexact) of one SLO on one fleet: the long windows
+    read hundreds of minutes each, and hashing the SLO and the fleet for every one of them cost
+    more than the lookups."""
+    key = (slo, fleet)
+    table = env.memo.get(key)
+    if table is None:
+        table = env.memo[key] = {}
+    return table
+
+
+def _slo_totals(
+    env: Env, slo: SloDef, fleet: Fleet, at: int, window: int, table: dict[tuple[int, int], tuple[float, float, bool]]
+) -> tuple[float, float]:
     base = _minutes(slo.shortest)
     if window <= base:
         return _direct_totals(env, slo, fleet, at, window)
     # the recorded base-window rate has a sample at every evaluation step (STEP_MINUTES apart)
     first = max(at - (window - base), 1)
-    samples = [slo_totals(env, slo, fleet, m, base) for m in range(first, at + 1) if m % STEP_MINUTES == 0]
+    samples = []
+    for m in range(first, at + 1):
+        if m % STEP_MINUTES == 0:
+            found = table.get((m, base))
+            # a sample's own inexactness does not matter: the long window's value is inexact anyway
+            samples.append(found[:2] if found is not None else slo_totals(env, slo, fleet, m, base))
     now = slo_totals(env, slo, fleet, at, base)
     k = (window - base) / base
     n = len(samples)

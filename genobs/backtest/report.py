@@ -1,4 +1,4 @@
-"""`genobs backtest`, step 4: the episodes as a report, per alert and severity: how often
+"""Backtest stage, report: the episodes as a report, per alert and severity: how often
 it fired, for how long, the longest episode, pages (critical) and warnings per day, each
 episode's start and end; with a baseline spec, both side by side and the difference.
 Formats: table (terminal), markdown (pull-request comment), json (machines)."""
@@ -9,8 +9,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from genobs.commands.backtest_alerts import Episode
-from genobs.commands.backtest_rules import RuleSet
+from genobs.backtest.alerts import Episode
+from genobs.backtest.rules import RuleSet
+from genobs.errors import printable
 from genobs.gates.table import render
 
 
@@ -22,7 +23,7 @@ def when(ts: float) -> str:
 class Result:
     rules: RuleSet
     episodes: tuple[Episode, ...]
-    signals: dict = field(default_factory=dict, compare=False)  # (alert, severity) -> backtest_plot.Signal
+    signals: dict = field(default_factory=dict, compare=False)  # (alert, severity) -> plot.Signal
 
 
 @dataclass(frozen=True)
@@ -113,9 +114,16 @@ def human(seconds: float) -> str:
     return "".join(p for p in parts[:2] if not p.startswith("0") or len(parts) == 1)
 
 
+SHOWN_VALUE = 80  # characters of a label value in a table (a long annotation stays readable; json has it all)
+
+
 def _short(labels: tuple[tuple[str, str], ...]) -> str:
     hidden = {"alertname", "severity", "signal", "team", "spec", "slo"}
-    return ", ".join(f"{k}={v}" for k, v in labels if k not in hidden)
+    return ", ".join(
+        f"{k}={printable(v) if len(v) <= SHOWN_VALUE else printable(v[: SHOWN_VALUE - 3]) + '...'}"
+        for k, v in labels
+        if k not in hidden
+    )
 
 
 def to_text(run: Run, fmt: str) -> str:

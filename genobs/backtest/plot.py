@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from genobs.commands.backtest_rules import Rule
-from genobs.commands.backtest_tsdb import ask
+from genobs.backtest.rules import Rule
+from genobs.backtest.source import Source
 
 POINTS = 800  # points per signal line: the PNG is ~1000 px wide
 COMPARISONS = (">", ">=", "<", "<=")
@@ -40,7 +40,7 @@ def watched(expr: str) -> tuple[str, float] | None:
     return visit(q.parse(expr))
 
 
-def signals(url: str, alerts: list[Rule], start: float, end: float, timeout: float) -> dict[tuple[str, str], Signal]:
+def signals(server: Source, alerts: list[Rule], start: float, end: float) -> dict[tuple[str, str], Signal]:
     """The watched signal of each alert, sampled at about POINTS points over the range."""
     step = max(min(r.interval for r in alerts), (end - start) / POINTS) if alerts else 60.0
     out: dict[tuple[str, str], Signal] = {}
@@ -50,19 +50,19 @@ def signals(url: str, alerts: list[Rule], start: float, end: float, timeout: flo
             continue
         expr, threshold = found
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.0f}"}
-        data = ask(url, "query_range", params, timeout, True)
+        data = server.ask("query_range", params, True)
         lines = []
-        for series in (data.get("result") or [])[:10] if isinstance(data, dict) else []:
-            points = [(float(t), float(v)) for t, v in series.get("values", [])]
+        for series in data["result"][:10]:  # type: ignore[index]  (ask checked it is a matrix)
+            points = [(float(t), float(v)) for t, v in series["values"]]
             lines.append((tuple(t for t, _ in points), tuple(v for _, v in points)))
         out[(rule.name, rule.severity)] = Signal(expr, threshold, tuple(lines))
     return out
 
 
-def timeline_chart(path: Path, run) -> None:  # noqa: ANN001 (backtest_report.Run)
+def timeline_chart(path: Path, run) -> None:  # noqa: ANN001 (report.Run)
     from datetime import datetime, timezone
 
-    from genobs.gates.plot import _pyplot
+    from genobs.gates.plot import _pyplot, save
 
     plt = _pyplot()
     import matplotlib.dates as mdates
@@ -111,5 +111,7 @@ def timeline_chart(path: Path, run) -> None:  # noqa: ANN001 (backtest_report.Ru
         bars.grid(True, axis="x", alpha=0.3)
     title = f"genobs backtest: {c.rules.spec}, {run.days:.1f} days (UTC)"
     fig.suptitle(title + (", lanes: spec and baseline" if b else ""), fontsize=10, y=1 - 0.15 / height)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        save(fig, path, tight=True)
+    finally:
+        plt.close(fig)

@@ -1,8 +1,9 @@
-"""`genobs backtest`, step 1: the rules a spec's alerts depend on, read from the same
+"""Backtest stage, rules: the rules a spec's alerts depend on, read from the same
 in-memory render `genobs build` writes (genobs.build.render_spec). Gives the recording
 rules in dependency levels (a level reads only raw series and lower levels), the alerting
-rules, the raw selectors the rules read (what is pulled from Prometheus, nothing else) and
-how much history before --from the alerts need for their windows to be complete."""
+rules, the raw selectors the rules read (those of level 0 are evaluated on the source; the
+ones alerts and higher levels read are copied, nothing else) and how much history before
+--from the alerts need for their windows to be complete."""
 
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ class RuleSet:
     raw: tuple[q.Selector, ...]  # every raw selector those rules read, sorted by name
     warmup: float  # seconds of recorded history before --from the alerts' windows reach back
     raw_reach: float  # longest range a rule reads of a raw series
+    tier: str = "all"  # output.tier: an edge tier's rules only record
+    copied: tuple[q.Selector, ...] = ()  # the raw selectors alerts and rules above level 0 read
+    copy_reach: float = 0.0  # longest range those read of a raw series
 
 
 def _seconds(value: object) -> float:
@@ -95,10 +99,11 @@ def load_rules(spec_path: Path) -> RuleSet:
                         _seconds(r.get("keep_firing_for")),
                     )
                 )
-    return _closure(out.name, rules)
+    tier = "edge" if "remote-write.yaml" in out.files else "all"  # only the edge tier writes its remote_write filter
+    return _closure(out.name, rules, tier)
 
 
-def _closure(spec: str, rules: list[Rule]) -> RuleSet:
+def _closure(spec: str, rules: list[Rule], tier: str = "all") -> RuleSet:
     records: dict[str, list[Rule]] = {}
     for r in rules:
         if not r.alert:
@@ -139,15 +144,31 @@ def _closure(spec: str, rules: list[Rule]) -> RuleSet:
         if not r.alert and r.name in level
     ]
     raw: dict[tuple, q.Selector] = {}
+    copied: dict[tuple, q.Selector] = {}  # what alerts and rules above level 0 read: the private copy
+    copy_reach = 0.0
     for r in [*used, *alerts]:
+        above = r.alert or r.level > 0
         for rng, dep in _ranges(r.expr):
             if dep not in records:
                 raw_reach = max(raw_reach, rng)
+                copy_reach = max(copy_reach, rng) if above else copy_reach
         for sel in q.vector_selectors(r.expr):
             if sel.name not in records:
                 raw[(sel.name or "", sel.matchers)] = sel
+                if above:
+                    copied[(sel.name or "", sel.matchers)] = sel
     levels = tuple(tuple(r for r in used if r.level == lv) for lv in range(max(level.values(), default=-1) + 1))
-    return RuleSet(spec, levels, tuple(alerts), tuple(raw[k] for k in sorted(raw)), warmup, raw_reach)
+    return RuleSet(
+        spec,
+        levels,
+        tuple(alerts),
+        tuple(raw[k] for k in sorted(raw)),
+        warmup,
+        raw_reach,
+        tier,
+        tuple(copied[k] for k in sorted(copied)),
+        copy_reach,
+    )
 
 
 def selector_text(sel: q.Selector) -> str:

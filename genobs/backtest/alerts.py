@@ -1,4 +1,4 @@
-"""`genobs backtest`, step 3: alerting rules over the private history. Each alert's
+"""Backtest stage, alerts: alerting rules over the private history. Each alert's
 expression is evaluated by Prometheus' engine at every evaluation of its group (query_range
 at the group's interval); the `for` / `keep_firing_for` state machine of
 Prometheus' rules/alerting.go then runs here, label set by label set: pending at the first
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from genobs.commands.backtest_rules import Rule
-from genobs.commands.backtest_tsdb import STEPS_PER_QUERY, Progress, ask, grid
-from genobs.promhttp import PrometheusError
+from genobs.backtest.labels import Folding
+from genobs.backtest.ranges import evaluations, grid
+from genobs.backtest.rules import Rule
+from genobs.backtest.source import Source
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,17 @@ class AlertTimeline:
                 self.episodes.append(Episode(r.name, r.severity, labels, s.fired_at, ts))
             del self.states[labels]
 
+    def answer(self, result: list[dict], a: float, b: float, folding: Folding) -> None:
+        """Step through the evaluations in [a, b] with a checked query_range answer of the rule."""
+        at: dict[float, set] = {}
+        for series in result:
+            ident = _identity(series["metric"], self.rule, folding)
+            for ts, _ in series["values"]:
+                at.setdefault(round(float(ts), 3), set()).add(ident)
+        for i in range(int((b - a) / self.rule.interval + 1e-9) + 1):
+            ts = round(a + i * self.rule.interval, 3)
+            self.step(ts, at.get(ts, set()))
+
     def close(self) -> None:
         for labels, s in sorted(self.states.items()):
             if s.fired_at is not None:
@@ -67,45 +79,29 @@ class AlertTimeline:
         self.states.clear()
 
 
-def _identity(metric: dict[str, str], rule: Rule) -> tuple[tuple[str, str], ...]:
-    labels = {k: v for k, v in metric.items() if k != "__name__"}
+def _identity(metric: dict[str, str], rule: Rule, folding: Folding) -> tuple[tuple[str, str], ...]:
+    labels = {k: v for k, v in folding.unfold(metric).items() if k != "__name__"}
     labels.update(rule.labels)  # the rule's labels win, as in Prometheus
     labels["alertname"] = rule.name
     return tuple(sorted(labels.items()))
 
 
 def evaluate(
-    url: str,
+    server: Source,
     alerts: tuple[Rule, ...],
     start: float,
     end: float,
-    timeout: float,
-    progress: Progress,
+    folding: Folding,
+    progress,
 ) -> list[Episode]:
-    """Every firing episode of `alerts` between `start` and `end`, in order."""
+    """Every firing episode of `alerts` between `start` and `end`, in order; the labels of
+    each as the source's series carry them (`folding` unfolds what the copy folded)."""
     episodes: list[Episode] = []
     for n, rule in enumerate(alerts):
         progress(f"alerts: {n + 1}/{len(alerts)} {rule.name} ({rule.severity or 'no severity'})")
-        first = grid(start, rule.interval)
         timeline = AlertTimeline(rule)
-        chunk = rule.interval * STEPS_PER_QUERY
-        a = first
-        while a <= end:
-            b = min(end, a + chunk - rule.interval)
-            params = {"query": rule.expr, "start": f"{a:.3f}", "end": f"{b:.3f}", "step": f"{rule.interval:g}"}
-            data = ask(url, "query_range", params, timeout, True)
-            if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-                raise PrometheusError(f"{url}: query_range did not answer with a result list")
-            at: dict[float, set] = {}
-            for series in data["result"]:
-                ident = _identity(series.get("metric", {}), rule)
-                for ts, _ in series.get("values", []):
-                    at.setdefault(round(float(ts), 3), set()).add(ident)
-            steps = int(round((b - a) / rule.interval)) + 1
-            for i in range(steps):
-                ts = round(a + i * rule.interval, 3)
-                timeline.step(ts, at.get(ts, set()))
-            a = b + rule.interval
+        for a, b, result in evaluations(server, rule.expr, grid(start, rule.interval), end, rule.interval):
+            timeline.answer(result, a, b, folding)
         timeline.close()
         episodes.extend(timeline.episodes)
     return sorted(episodes, key=lambda e: (e.start, e.alert, e.severity, e.labels))

@@ -1,0 +1,67 @@
+"""Backtest stage: a rule's expression evaluated over a long range, as query_range answers
+of a bounded size. Each answer holds evaluations × series points, and promhttp refuses one
+past 32 MiB or 400,000 lists (a point is one): a fleet of 350 engine ranks at 2,000 steps
+would be refused. So the steps of the next query follow the series of the last answer
+(POINTS_PER_ANSWER points), and an answer refused as too large (by promhttp, or by the
+server's own sample or resolution limits) is asked again with half the steps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from genobs.backtest.source import Source
+from genobs.promhttp import PrometheusError
+
+STEPS_PER_QUERY = 2000  # evaluations per query_range; Prometheus refuses more than 11,000
+POINTS_PER_ANSWER = 150_000  # points of one answer: some 6 MiB of JSON, well under promhttp's caps
+TOO_LARGE = (
+    "larger than",  # promhttp: the answer's bytes
+    "holds more than",  # promhttp: the answer's lists and values
+    "exceeded maximum resolution",  # Prometheus: steps
+    "too many samples",  # Prometheus: --query.max-samples
+)
+
+
+def grid(t: float, interval: float) -> float:
+    """The first evaluation at or after `t`: every group evaluates at multiples of its interval."""
+    return math.ceil(t / interval) * interval
+
+
+class Steps:
+    """How many evaluations the next query asks for, learnt from the answers so far."""
+
+    def __init__(self) -> None:
+        self.steps = STEPS_PER_QUERY
+
+    def answered(self, series: int) -> None:
+        self.steps = max(1, min(STEPS_PER_QUERY, POINTS_PER_ANSWER // max(series, 1)))
+
+    def refused(self) -> bool:
+        """Halve the steps; False when one step was refused already (no smaller question)."""
+        if self.steps == 1:
+            return False
+        self.steps = max(1, self.steps // 2)
+        return True
+
+
+def evaluations(
+    server: Source, expr: str, first: float, last: float, step: float, steps: Steps | None = None
+) -> Iterator[tuple[float, float, list[dict]]]:
+    """(a, b, result) per answer of `expr` evaluated every `step` from `first` to `last`: the
+    answers cover the evaluations in order, each at most steps.steps long."""
+    steps = steps or Steps()
+    a = first
+    while a <= last:
+        b = min(last, a + (steps.steps - 1) * step)
+        params = {"query": expr, "start": f"{a:.3f}", "end": f"{b:.3f}", "step": f"{step:g}"}
+        try:
+            data = server.ask("query_range", params, True)
+        except PrometheusError as exc:
+            if any(why in str(exc) for why in TOO_LARGE) and steps.refused():
+                continue
+            raise
+        result = data["result"]  # type: ignore[index]  (ask checked it is a matrix)
+        steps.answered(len(result))
+        yield a, b, result
+        a = b + step
