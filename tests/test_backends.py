@@ -399,8 +399,11 @@ def test_scrape_diet_and_edge_filter_keep_what_the_annotations_read(spec: Path):
         pytest.skip(f"{spec.stem}: the engine exports nothing the annotations read")
     assert names <= set(read_families(plan))
     (keep,) = tiers.write_relabel_configs(plan)
-    for name in names:
-        assert re.fullmatch(keep["regex"], f"{name};"), name
+    for a in plan.dashboard.annotations:  # each series as the annotation selects it
+        for sel in q.vector_selectors(re.sub(r"\$(\w+)", "x", a.expr)):
+            fixed = {label: value for label, op, value in sel.matchers if op == "="}
+            shipped = ";".join(fixed.get(label, "") for label in keep["source_labels"][1:])
+            assert re.fullmatch(keep["regex"], f"{sel.name};{shipped}"), (sel.name, fixed)
 
 
 def test_global_runbook_says_where_to_run_queries_of_raw_series(tmp_path: Path):
