@@ -97,6 +97,21 @@ def poll(check: Callable[[], object], deadline: float, interval: float = 0.5, wh
         time.sleep(interval)
 
 
+def first_firing(api: Callable[[str, dict], object], params: dict | None = None, window: str = "1h") -> dict[tuple, float]:
+    """(alertname, severity, cluster) -> timestamp of the first evaluation at which the alert
+    fired, from the ALERTS series a server holds (Prometheus' own, or what vmalert wrote into
+    VictoriaMetrics): read through `api(path, params)`, the raw samples of the last `window`.
+    The evaluation's own time, whatever delayed the test's polling."""
+    data = api("query", {"query": f'ALERTS{{alertstate="firing"}}[{window}]', **(params or {})})
+    assert data["resultType"] == "matrix", data
+    found: dict[tuple, float] = {}
+    for s in data["result"]:
+        m = s["metric"]
+        key = (m["alertname"], m.get("severity"), m.get("cluster"))
+        found[key] = min([found.get(key, float("inf")), *(float(t) for t, _ in s["values"])])
+    return found
+
+
 # --- the spec ------------------------------------------------------------------------------
 
 
