@@ -37,7 +37,7 @@ from tests.conftest import REPO
 from tests.e2e_support import PROMETHEUS, Prometheus, Simulate, first_firing, poll, stopping
 from tests.vm_support import Alertmanager, VictoriaMetrics, VmAlert, running
 
-pytestmark = pytest.mark.slow  # real servers on loopback, 6 to 8 minutes
+pytestmark = pytest.mark.slow  # real servers on loopback, about 4 to 5 minutes
 
 MODEL = "m-chat"
 EVALUATION = 30.0  # seconds: the spec's evaluation_interval (genobs' default)
