@@ -97,6 +97,21 @@ def poll(check: Callable[[], object], deadline: float, interval: float = 0.5, wh
         time.sleep(interval)
 
 
+def first_firing(api: Callable[[str, dict], object], params: dict | None = None, window: str = "1h") -> dict[tuple, float]:
+    """(alertname, severity, cluster) -> timestamp of the first evaluation at which the alert
+    fired, from the ALERTS series a server holds (Prometheus' own, or what vmalert wrote into
+    VictoriaMetrics): read through `api(path, params)`, the raw samples of the last `window`.
+    The evaluation's own time, whatever delayed the test's polling."""
+    data = api("query", {"query": f'ALERTS{{alertstate="firing"}}[{window}]', **(params or {})})
+    assert data["resultType"] == "matrix", data
+    found: dict[tuple, float] = {}
+    for s in data["result"]:
+        m = s["metric"]
+        key = (m["alertname"], m.get("severity"), m.get("cluster"))
+        found[key] = min([found.get(key, float("inf")), *(float(t) for t, _ in s["values"])])
+    return found
+
+
 # --- the spec ------------------------------------------------------------------------------
 
 
@@ -219,8 +234,16 @@ class Prometheus:
     `basic_auth` (user, password) its HTTP API requires them (--web.config.file)."""
 
     def __init__(
-        self, workdir: Path, config: dict, rule_files: dict[str, bytes], basic_auth: tuple[str, str] | None = None
+        self,
+        workdir: Path,
+        config: dict,
+        rule_files: dict[str, bytes],
+        basic_auth: tuple[str, str] | None = None,
+        shared_rules: tuple[Path, ...] = (),
     ):
+        """`shared_rules`: rule files another server loads too, at the same paths: Prometheus
+        evaluates a group at an offset hashed from its name and file, so the two evaluate those
+        groups at the same moments."""
         self.workdir = workdir
         self.basic_auth = basic_auth
         self.port = free_port()
@@ -233,11 +256,15 @@ class Prometheus:
             p = rules_dir / name
             p.write_bytes(data)
             paths.append(str(p))
-        self.config = {**config, "rule_files": paths}
+        self.config = {**config, "rule_files": [*map(str, shared_rules), *paths]}
         self.config_path = workdir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
+
+    @property
+    def rule_paths(self) -> tuple[Path, ...]:
+        return tuple(Path(p) for p in self.config["rule_files"])
 
     def start(self, timeout: float = 30.0) -> None:
         cmd = [

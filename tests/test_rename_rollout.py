@@ -3,15 +3,22 @@ read under both names, one series per target, and only for families a rename sep
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from conftest import spec_text
 from fleet_series import Fleet
 from scenario_runner import REPO, build, promtool_expr_tests, rule_groups
 
+from genobs.catalog import load_catalog
+from genobs.cli import main
 from genobs.compiler import load_plan
 from genobs.errors import SpecError
 
@@ -101,3 +108,78 @@ def test_pods_exporting_both_names_count_once(tmp_path: Path, promtool: str) -> 
     ]
     proc = promtool_expr_tests(promtool, files, groups, series, tests, tmp_path / "t.yaml")
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+# --- genobs doctor on a fleet mid-rollout -----------------------------------------------------
+
+
+@contextlib.contextmanager
+def _prometheus_with(names: set[str]):
+    """A Prometheus API on loopback whose live series are `names`: `label/__name__/values` lists
+    them, and `count by (__name__) ({__name__=~"..."})`, how doctor asks, counts those the
+    regex matches."""
+    from urllib.parse import parse_qs
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self, query: dict) -> None:
+            if self.path.startswith("/api/v1/label/__name__/values"):
+                data: object = sorted(names)
+            else:
+                m = re.search(r'__name__=~"((?:[^"\\]|\\.)*)"', query.get("query", [""])[0])
+                wanted = re.compile(m.group(1).encode().decode("unicode_escape")) if m else None
+                hits = sorted(n for n in names if wanted is not None and wanted.fullmatch(n))
+                data = {"resultType": "vector", "result": [{"metric": {"__name__": n}, "value": [0, "1"]} for n in hits]}
+            body = json.dumps({"status": "success", "data": data}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self._answer(parse_qs(self.path.partition("?")[2]))
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            self._answer(parse_qs(self.rfile.read(length).decode()))
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _doctor(tmp_path: Path, url: str, **fields: str) -> tuple[int, str]:
+    spec = tmp_path / "r.yaml"
+    spec.write_text(spec_text(**fields))
+    result = CliRunner().invoke(main, ["doctor", "--prometheus", url, str(spec)])
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_doctor_says_when_pods_on_another_releases_names_are_not_read(tmp_path: Path) -> None:
+    """A fleet half on vLLM 0.9.1, half on 0.12.0: every name a 0.9.1 spec reads is live (the old
+    pods export them), so nothing is missing, yet the new pods' KV cache (vllm:kv_cache_usage_perc)
+    and ITL are read by no rule. doctor sees their names and says to set other_engine_version."""
+    cat = load_catalog()
+    fleet = cat.names_for((0, 9, 1)) | cat.names_for((0, 12, 0)) | {"up"}
+    with _prometheus_with(fleet) as url:
+        code, out = _doctor(tmp_path, url, engine_version='"0.9.1"')
+        assert code == 1, out
+        assert "pods on another release's names, not read" in out, out
+        assert "vllm:gpu_cache_usage_perc Prometheus also has vllm:kv_cache_usage_perc (vLLM 0.9.2 on)" in out, out
+        assert "service.other_engine_version" in out
+        # named, the rules read both names: nothing to say
+        code, out = _doctor(tmp_path, url, engine_version='"0.9.1"', other_engine_version='"0.12.0"')
+        assert "another release" not in out, out
+        assert code == 0, out
+    # a fleet on one release: no note, whatever names that release writes
+    with _prometheus_with(cat.names_for((0, 12, 0)) | {"up"}) as url:
+        code, out = _doctor(tmp_path, url, engine_version='"0.12.0"')
+        assert code == 0 and "another release" not in out, out

@@ -106,12 +106,12 @@ class VictoriaMetrics(Server):
     scrapes itself (-promscrape.config); without it, it only stores what is written to
     `remote_write_url` (Prometheus remote write) or `import_url`. `latency_offset` is
     -search.latencyOffset: queries whose time is within it of now are answered at now minus
-    it (30s by default in VictoriaMetrics; the tests shorten it, never to zero)."""
+    it (30s by default in VictoriaMetrics; the tests shorten it, never to zero; None: the default)."""
 
     name = "victoria-metrics"
 
     def __init__(
-        self, workdir: Path, scrape: dict | None = None, latency_offset: str = "5s", flags: tuple[str, ...] = ()
+        self, workdir: Path, scrape: dict | None = None, latency_offset: str | None = "5s", flags: tuple[str, ...] = ()
     ):
         super().__init__(workdir)
         self.scrape = scrape
@@ -132,7 +132,7 @@ class VictoriaMetrics(Server):
             f"-storageDataPath={self.workdir / 'data'}",
             f"-httpListenAddr=127.0.0.1:{self.port}",
             "-retentionPeriod=1d",
-            f"-search.latencyOffset={self.latency_offset}",
+            *((f"-search.latencyOffset={self.latency_offset}",) if self.latency_offset is not None else ()),
             # vLLM's cache_config_info carries ~40 labels; the default 30 would drop some
             "-maxLabelsPerTimeseries=64",
             "-loggerLevel=WARN",
@@ -173,7 +173,8 @@ class VictoriaMetrics(Server):
 class VmAlert(Server):
     """vmalert evaluating `rule_files` (name -> bytes) against `datasource` (a VictoriaMetrics
     URL), writing recorded series and alert state back there, notifying `notifier` URLs.
-    A group's own `interval:` wins over `evaluation_interval`."""
+    A group's own `interval:` wins over `evaluation_interval`. `defaults`: no flag but the
+    addresses and the rules (the recorded series' remote write flushes every 5s, not 1s)."""
 
     name = "vmalert"
 
@@ -185,8 +186,10 @@ class VmAlert(Server):
         notifier: list[str] | str | None = None,
         evaluation_interval: str = "1s",
         flags: tuple[str, ...] = (),
+        defaults: bool = False,
     ):
         super().__init__(workdir)
+        self.defaults = defaults
         self.datasource = datasource
         self.notifier = [notifier] if isinstance(notifier, str) else list(notifier or [])
         self.evaluation_interval = evaluation_interval
@@ -206,8 +209,7 @@ class VmAlert(Server):
             f"-datasource.url={self.datasource}",
             f"-remoteWrite.url={self.datasource}",
             f"-remoteRead.url={self.datasource}",
-            "-remoteWrite.flushInterval=1s",
-            f"-evaluationInterval={self.evaluation_interval}",
+            *(() if self.defaults else ("-remoteWrite.flushInterval=1s", f"-evaluationInterval={self.evaluation_interval}")),
             "-loggerLevel=WARN",
             *(f"-rule={p}" for p in self.rule_paths),
         ]

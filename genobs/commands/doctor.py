@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from genobs import promql as q
-from genobs.catalog import Catalog, format_version, load_catalog
+from genobs.catalog import Catalog, Version, format_version, load_catalog, parse_version
 from genobs.commands.promopts import prometheus_options, server_from, url_option
 from genobs.commands.scrape_config import colon_prefix, underscore_prefix
 from genobs.errors import printable
@@ -40,6 +40,12 @@ _HINTS = {
     "dialect": "",  # filled in per direction
     "version": "The metric names differ from the ones service.engine_version picks: set service.engine_version "
     "to the {engine} version that runs.",
+    "rollout": "Targets under the selector export these families under another {engine} release's names (a "
+    "rename separates the two releases): pods in the middle of an upgrade or a rollback. The rules read only the "
+    "names of service.engine_version (and of service.other_engine_version, when the spec names one), so those pods "
+    "are invisible to every rule on these families. Set service.other_engine_version to the release they run (its "
+    "range is on each line); once every pod runs one release, make it service.engine_version and drop "
+    "other_engine_version.",
     "feature": "A feature the spec turns on exports no series: {hows}; or turn it off in the spec ({flags}).",
     "unanswered": "The {engine} API server creates http_requests_total with the first HTTP request it answers "
     "(prometheus_fastapi_instrumentator): its process_* series are there, so it has answered none yet. Send a "
@@ -141,6 +147,35 @@ def _version_note(catalog: Catalog, key: str, found: str) -> str:
     return f"Prometheus has {found}"
 
 
+def rollout(
+    needed: frozenset[str], present: set[str], catalog: Catalog, version: Version, other: Version | None = None
+) -> list[Missing]:
+    """Needed names that are live, of families a rename separates, whose name in another release
+    is live under the selector too: targets on that release (a fleet mid-upgrade or rollback)
+    export only the other name, which the rules read only for service.other_engine_version.
+    A name the spec's own release (or the named other release) writes too is no sign of one."""
+    out: list[Missing] = []
+    for key, m in catalog.metrics.items():
+        own = m.renamed_in(version)
+        if own is None:
+            continue
+        suffixes = ("_bucket", "_sum", "_count") if m.type == "histogram" else ("",)
+        for s in suffixes:
+            read = [n for n in (own + s, own.replace(":", "_") + s) if n in needed and n in present]
+            if not read:
+                continue
+            found = sorted(
+                n
+                for r in m.names
+                if not r.stand_in and r.name != own and not r.contains(version) and not (other and r.contains(other))
+                for n in (r.name + s, r.name.replace(":", "_") + s)
+                if n in present
+            )
+            if found:
+                out.append(Missing(read[0], "rollout", _version_note(catalog, key, found[0]).replace(" has ", " also has ", 1)))
+    return out
+
+
 def _process_present(catalog: Catalog, present: set[str]) -> bool:
     """Whether another of the API server's process series is there (not multiprocess mode)."""
     names = {r.name for k, m in catalog.metrics.items() if m.process and k != "http_requests" for r in m.names}
@@ -198,6 +233,7 @@ _TITLES = {
     "no_series": "no {engine} series under the selector",
     "dialect": "metric-name dialect mismatch",
     "version": "engine version mismatch",
+    "rollout": "pods on another release's names, not read",
     "feature": "feature metrics absent",
     "unanswered": "no HTTP request answered yet",
     "process": "process metrics absent",
@@ -257,9 +293,11 @@ def diagnose(
     features: frozenset[str] = frozenset(),
     engine: str = "vllm",
     foreign: tuple[tuple[frozenset[str], tuple[q.Matcher, ...]], ...] = (),
+    releases: tuple[Version, Version | None] | None = None,
 ) -> Report:
     """`foreign`: needed names another job exports (DCGM), with the matchers of that job
-    instead of the spec's selector."""
+    instead of the spec's selector. `releases`: the spec's engine_version and
+    other_engine_version, to tell pods on another release's names (a rename rollout)."""
     catalog = load_catalog(engine)
     sel: list[q.Matcher] = [(k, "=", v) for k, v in selector]
     engine_re = f"{re.escape(colon_prefix(engine))}.+|{re.escape(underscore_prefix(engine))}.+"
@@ -286,6 +324,8 @@ def diagnose(
         needed=needed,
     )
     report.missing = classify(needed, present, catalog, features)
+    if releases is not None:
+        report.missing += rollout(needed, present, catalog, *releases)
     order = list(_HINTS)
     missing = [Missing(m.metric, "other_exporter") if m.metric in elsewhere else m for m in report.missing]
     report.missing = sorted(missing, key=lambda m: (order.index(m.kind), m.metric))
@@ -328,6 +368,7 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     selector: tuple = ()
+    releases: tuple | None = None
     models: tuple = ()
     needed: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
@@ -354,8 +395,13 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
         foreign = _foreign(s)
         features = frozenset(k for k, on in s.features.model_dump().items() if on)
         engine, spec_dialect = s.service.engine, s.service.metric_names
+        catalog = load_catalog(engine)
+        releases = (
+            parse_version(s.service.engine_version) if s.service.engine_version else catalog.max_version,
+            parse_version(s.service.other_engine_version) if s.service.other_engine_version else None,
+        )
     try:
-        report = diagnose(server, selector, models, needed, features, engine, foreign)
+        report = diagnose(server, selector, models, needed, features, engine, foreign, releases)
         gateway = None
         if plan is not None and plan.gateway is not None:
             from genobs.commands import doctor_gateway

@@ -44,15 +44,19 @@ def history_seconds(expr: str) -> float:
 def split(plan: Plan) -> Tiers:
     """Edge: every recording rule, so each cluster computes its own per-pod and per-model series
     in one evaluation (a rule sees the rules before it in its group, as on one Prometheus);
-    except those that read more than an hour of history (SLO periods, day and week baselines),
-    those of an SLO over every cluster (`scope: global`), and the rules that read them, which run
-    on the backend that keeps days and every cluster. Global: those and every alerting rule."""
+    except those that read more than an hour of history (day and week baselines), the SLOs'
+    rules, and the rules that read them, which run on the backend that keeps days and every
+    cluster. Global: those and every alerting rule. An SLO's rules read per-model series the
+    edge records and ships; on the global tier its burn rates are computed where its alerts are
+    evaluated, as on one Prometheus: recorded at the edge, a burn page would wait for one more
+    evaluation, the edge's, then the shipping, before the global ruler saw it (measured on
+    vmalert, docs/backends.md). An SLO over every cluster (`scope: global`) cannot run in any
+    one of them anyway."""
     rules = [r for g in plan.groups for r in g.rules]
     recording = [r for r in rules if isinstance(r, RecordingRule)]
     recorded = {r.record for r in recording}
-    # an SLO over every cluster sums what the clusters ship: it cannot run in any one of them
-    over_clusters = {id(r) for r in recording if any(k == "slo" and v in plan.global_slos for k, v in r.labels)}
-    long = {id(r) for r in recording if history_seconds(r.expr) > EDGE_HISTORY_SECONDS} | over_clusters
+    slos = {id(r) for r in recording if any(k == "slo" for k, _ in r.labels)}
+    long = {id(r) for r in recording if history_seconds(r.expr) > EDGE_HISTORY_SECONDS} | slos
     changed = True
     while changed:  # and whatever reads a long rule's series
         long_names = {r.record for r in recording if id(r) in long}

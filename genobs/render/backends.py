@@ -14,10 +14,18 @@ as prometheus/, with the group options each project documents.
 from __future__ import annotations
 
 from genobs.plan.model import AlertRule, Plan, RuleGroup
+from genobs.render.inline import one_hop, recorded_by
 from genobs.render.rules import render_group, render_rule_files
 
 # the keys each backend adds to a Prometheus rule group (what promtool, which knows none, must skip)
-BACKEND_KEYS = ("partial_response_strategy", "source_tenants", "type")
+BACKEND_KEYS = ("partial_response_strategy", "source_tenants", "type", "params")
+# query arguments of every vmalert group, measured on Debian's vmalert 1.79.5 and VictoriaMetrics
+# 1.79.5 (docs/backends.md): VictoriaMetrics answers an instant query near now at now minus
+# -search.latencyOffset (30s by default) unless `nocache=1`; vmalert aligns each query's `time`
+# down to a multiple of the group's interval (-datasource.queryTimeAlignment, on by default), up to
+# one interval in the past, unless the group's `time` replaces it: empty, it is "now" to both
+# VictoriaMetrics and Prometheus
+VMALERT_PARAMS = {"nocache": ["1"], "time": [""]}
 FOLDERS = {"thanos": "thanos", "mimir": "mimir", "victoriametrics": "vmalert"}
 
 
@@ -51,15 +59,19 @@ def backend_files(plan: Plan, groups: tuple[RuleGroup, ...], output) -> dict[str
             rendered.append(_with(render_group(group), **options))
         return {f"{folder}/{plan.name}.rules.yaml": {"namespace": output.namespace or f"genobs-{plan.name}", "groups": rendered}}
     by_name = {g.name: g for g in groups}
+    rendered = render_rule_files(plan, groups)
+    # vmalert: what its own files record, which its alerts read in one hop (render/inline.py)
+    recorded = recorded_by([g for doc in rendered.values() for g in doc["groups"]])
     files: dict[str, dict] = {}
-    for name, doc in render_rule_files(plan, groups).items():
+    for name, doc in rendered.items():
         out = []
         for group in doc["groups"]:
             if backend == "thanos":
                 alerting = _has_alerts(by_name[group["name"]])
                 out.append(_with(group, partial_response_strategy=output.partial_response_strategy) if alerting else group)
             else:
-                out.append(_with(_without_keep_firing(group), type="prometheus"))
+                group = one_hop(_without_keep_firing(group), recorded)
+                out.append(_with(group, type="prometheus", params=VMALERT_PARAMS))
         files[f"{folder}/{name}"] = {"groups": out}
     return files
 
