@@ -237,12 +237,46 @@ def test_alertmanager_pages_once_the_client_silences_the_gateway_and_the_pods(tm
     gw_page = alert("GatewayTtftP99High", "critical", "ttft", "llm-prod", "llm-d-epp", layer="gateway")
     gw_warning = alert("GatewayTtftP99High", "warning", "ttft", "llm-prod", "llm-d-epp", layer="gateway")
     burn = alert("SloFirstTokenErrorBudgetBurnFast", "critical", "ttft", "llm-prod", "llm-d-epp", slo="first-token")
+    slow = alert("SloFirstTokenErrorBudgetBurnSlow", "warning", "ttft", "llm-prod", "llm-d-epp", slo="first-token")
     pod_warning = alert("VllmTtftP99High", "warning", "ttft", "llm-prod", "vllm-pool")
     other_model = alert("VllmTtftP99High", "warning", "ttft", "llm-prod", "vllm-pool", model_name="other-model")
     kv = alert("VllmKvCacheSaturated", "warning", "kv_cache", "llm-prod", "vllm-pool", instance="10.0.0.11:8000")
     gw_success = alert("GatewaySuccessRatioLow", "critical", "success", "llm-prod", "llm-d-epp", layer="gateway")
-    alerts = [client_page, client_warning, gw_page, gw_warning, burn, pod_warning, other_model, kv, gw_success]
+    # what fires in tests/scenarios/client_ttft_degradation_pages_once.yaml, and what must not be silenced
+    alerts = [client_page, client_warning, gw_page, gw_warning, burn, slow, pod_warning, other_model, kv, gw_success]
     with _running(tmp_path, config) as url:
-        # one page: the client's; the gateway's page, warning and burn and the pods' warning of
+        # one page: the client's; the gateway's page, warning and burns and the pods' warning of
         # the model are silenced; another model, a cause (KV) and another signal stay active
-        _assert_inhibited(url, alerts, [client_warning, gw_page, gw_warning, burn, pod_warning])
+        _assert_inhibited(url, alerts, [client_warning, gw_page, gw_warning, burn, slow, pod_warning])
+
+
+def _label_sets(lines) -> set[tuple[str, frozenset[str]]]:
+    """(name, label names with a value) of every gen_ai_client_* sample: Prometheus reads a label
+    whose value is "" as absent (the SDK writes error_type="" on successes)."""
+    import re
+
+    out = set()
+    for line in lines:
+        m = re.match(r"(gen_ai_client_\w+)\{(.*)\}", line)
+        if m:
+            labels = {k for k, v in re.findall(r'(\w+)="([^"]*)"', m.group(2)) if v and k not in ("le",)}
+            out.add((m.group(1), frozenset(labels - {"job", "namespace", "instance"})))
+    return out
+
+
+def test_scenario_fleet_writes_the_real_client_bodys_names_and_labels():
+    """tests/fleet_series.py writes the application's series as the real OpenTelemetry SDK's
+    Prometheus exporter did (tests/fixtures/otel_genai/1.41.1/client.txt): the same families and
+    label sets, successes and failures, so the client scenarios test against them."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from fleet_series import Fleet
+
+    body = (REPO / "tests" / "fixtures" / "otel_genai" / "1.41.1" / "client.txt").read_text().splitlines()
+    spec = _data()
+    fleet = Fleet({"replicas": 1, "duration": "2m", "client": {"traffic": {"errors": 0.1}}}, spec)
+    written = _label_sets(s["series"] for s in fleet.series())
+    real = _label_sets(body)
+    assert {n for n, _ in written} == {n for n, _ in real}
+    assert written <= real, sorted(written - real)
