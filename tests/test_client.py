@@ -280,3 +280,38 @@ def test_scenario_fleet_writes_the_real_client_bodys_names_and_labels():
     real = _label_sets(body)
     assert {n for n, _ in written} == {n for n, _ in real}
     assert written <= real, sorted(written - real)
+
+
+@pytest.mark.parametrize("diet", [False, True])
+def test_scrape_config_prints_the_applications_job(tmp_path: Path, diet: bool, promtool: str) -> None:
+    """`genobs scrape-config` of a spec with a client block adds the application's job (its
+    selector's job and labels, the OpenTelemetry Prometheus exporter's port); with --drop-unread
+    it keeps the client families the rules read, which the pods' job no longer lists."""
+    import subprocess
+
+    flags = ["--drop-unread"] if diet else []
+    result = CliRunner().invoke(main, ["scrape-config", *flags, "--gateway-no-auth", str(SPEC)])
+    assert result.exit_code == 0, result.output
+    jobs = yaml.safe_load(result.output)["scrape_configs"]
+    pods, _, app = jobs
+    assert app["job_name"] == "chat-frontend"
+    assert app["static_configs"] == [{"targets": ["127.0.0.1:9464"], "labels": {"namespace": "chat-app"}}]
+    if diet:
+        (keep,) = app["metric_relabel_configs"]
+        kept = set(keep["regex"].split("|"))
+        read = {n for n in _plan(_data()).raw_metrics if n.startswith("gen_ai_client_")}
+        assert read and read <= kept and all(n.startswith("gen_ai_client_") for n in kept)
+        assert not any("gen_ai" in r.get("regex", "") for r in pods["metric_relabel_configs"])
+    else:
+        assert "metric_relabel_configs" not in app
+    moved = CliRunner().invoke(main, ["scrape-config", "--client-target", "10.1.0.5:9464", "--gateway-no-auth", str(SPEC)])
+    assert yaml.safe_load(moved.output)["scrape_configs"][2]["static_configs"][0]["targets"] == ["10.1.0.5:9464"]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump({"scrape_configs": jobs}))
+    done = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_client_target_needs_a_client_block() -> None:
+    result = CliRunner().invoke(main, ["scrape-config", "--client-target", "10.1.0.5:9464", str(REPO / "specs" / "chat.yaml")])
+    assert result.exit_code == 2 and "--client-target needs SPEC with a client: block" in result.output
