@@ -315,3 +315,51 @@ def test_scrape_config_prints_the_applications_job(tmp_path: Path, diet: bool, p
 def test_client_target_needs_a_client_block() -> None:
     result = CliRunner().invoke(main, ["scrape-config", "--client-target", "10.1.0.5:9464", str(REPO / "specs" / "chat.yaml")])
     assert result.exit_code == 2 and "--client-target needs SPEC with a client: block" in result.output
+
+
+def _fake_prometheus(monkeypatch, names: set[str], les: list[str], up: bool = True):
+    """doctor_client's queries answered from `names` (live under the client's selector) and the
+    `le` values of every duration histogram."""
+    from genobs.commands import doctor_client
+
+    monkeypatch.setattr(doctor_client, "live_names", lambda server, matchers: set(names))
+    monkeypatch.setattr(doctor_client, "server_up", lambda server, sel: up)
+    monkeypatch.setattr(
+        doctor_client, "api", lambda server, path, params, post=False: {"result": [{"metric": {"le": le}} for le in les]}
+    )
+    return doctor_client
+
+
+RECOMMENDED = ["0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56", "5.12", "10.24", "20.48", "40.96", "81.92", "+Inf"]
+SDK_DEFAULTS = ["0", "5", "10", "25", "50", "75", "100", "250", "500", "750", "1000", "2500", "5000", "7500", "10000", "+Inf"]
+
+
+def test_doctor_reads_the_client_names_under_the_applications_selector(monkeypatch):
+    plan = _plan(_data())
+    assert plan.client is not None and plan.client.selector == (("namespace", "chat-app"), ("job", "chat-frontend"))
+    needed = plan.client.raw_metrics
+    assert needed and all(n.startswith("gen_ai_client_") for n in needed)
+    # the pods' check no longer counts the application's names as the pods' missing ones
+    pods = plan.raw_metrics - plan.gateway.raw_metrics - plan.client.raw_metrics
+    assert not [n for n in pods if n.startswith("gen_ai_")]
+    dc = _fake_prometheus(monkeypatch, {"up", *needed}, RECOMMENDED)
+    report = dc.diagnose(None, plan.client)
+    assert not report.missing and not report.default_buckets
+    assert report.release == "OpenTelemetry GenAI client 1.41.0"
+
+
+def test_doctor_says_when_the_application_keeps_the_sdks_default_buckets(monkeypatch):
+    plan = _plan(_data())
+    dc = _fake_prometheus(monkeypatch, {"up", *plan.client.raw_metrics}, SDK_DEFAULTS)
+    report = dc.diagnose(None, plan.client)
+    assert "gen_ai_client_operation_time_to_first_chunk_seconds" in report.default_buckets
+    assert any("the SDK's default buckets" in line and "View" in line for line in dc.lines(report))
+
+
+def test_doctor_without_the_applications_target_says_so(monkeypatch):
+    plan = _plan(_data())
+    dc = _fake_prometheus(monkeypatch, set(), [], up=False)
+    report = dc.diagnose(None, plan.client)
+    assert {m.kind for m in report.missing} == {"no_target"}
+    assert len(report.missing) == len(plan.client.raw_metrics)
+    assert "genobs scrape-config SPEC" in report.hint("no_target")

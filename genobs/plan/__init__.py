@@ -517,6 +517,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
         gateway=None if gw is None else gateway.layer(gw, raw),
+        client=None if cl is None else client.layer(cl, raw),
         capabilities=tuple(capability_lines(ctx, spec.use_case))
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ())
         + tuple(client.capability_lines(cctx) if cctx else ()),

@@ -22,7 +22,7 @@ from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem
 from genobs.plan.alerts import Resolved, format_threshold, labels_template
 from genobs.plan.context import Context
-from genobs.plan.model import AlertRule, Panel, RecordingRule, Row, RunbookEntry, Severity, Target
+from genobs.plan.model import AlertRule, GatewayLayer, Panel, RecordingRule, Row, RunbookEntry, Severity, Target
 from genobs.plan.recorder import Recorder
 from genobs.plan.recording import _histogram
 from genobs.units import parse_ratio, parse_seconds
@@ -484,6 +484,20 @@ def build_client(
         inhibit=_inhibit(cctx, _targets(ctx, gctx, found, gw_alerts, burns), found),
         raw=frozenset(cctx.catalog.names_for(cctx.version)),
         names=dict(r.names),
+    )
+
+
+def layer(cl: ClientPlan, raw: frozenset[str]) -> GatewayLayer:
+    """What the live-Prometheus commands need of the application; `raw`: every raw name the plan reads."""
+    c = cl.ctx
+    return GatewayLayer(
+        engine=c.catalog.engine,
+        engine_version=c.version_text,
+        release=c.release,
+        selector=c.selector,
+        models=c.wire_models,
+        raw_metrics=raw & cl.raw,
+        signals=frozenset(client_data()["alerts"][a.name]["signal"] for a in cl.alerts),
     )
 
 
