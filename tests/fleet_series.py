@@ -1295,7 +1295,10 @@ class ClientModel:
         mine = {v: k for k, v in (spec.get("model_names") or {}).items()}
         self.model = data.pop("request_model", mine.get(model, model))
         self.response_model = model
-        self.version = version(data.pop("conventions", spec.get("conventions", "1.44.0")))
+        # the conventions release of each instance's instrumentation (a list: one per instance, cycled,
+        # two releases side by side during the application's rollout)
+        releases = data.pop("conventions", spec.get("conventions", "1.44.0"))
+        self.versions = [version(v) for v in (releases if isinstance(releases, list) else [releases])]
         self.traffic = {**CLIENT_DEFAULTS, **(data.pop("traffic", {}) or {})}
         _, self.events = _gateway_events(data, CLIENT_DEFAULTS, "client")
         if data:
@@ -1317,20 +1320,28 @@ class ClientSeries(GatewaySeries):
 
     def __init__(self, fleet: Fleet, cl: ClientModel, index: int) -> None:
         self.f, self.cl, self.index = fleet, cl, index
+        release = cl.versions[index % len(cl.versions)]
         self.series = {}
         instance = ("instance", f"10.0.9.{11 + index}:9464")
         self.base: Labels = (("job", cl.job), ("namespace", cl.namespace), instance)
         self.duration = (*OTEL_DURATION_BUCKETS, math.inf)
         self.tokens = (*(float(b) for b in OTEL_TOKEN_BUCKETS), math.inf)
-        provider = "gen_ai_provider_name" if cl.version >= (1, 37, 0) else "gen_ai_system"
+        # gen_ai.system renamed gen_ai.provider.name at 1.37.0; the SDK's exporter adds the scope labels
+        # from 0.64b0, whose conventions package is 1.41.1 and later (tests/fixtures/otel_genai/1.44.0)
+        provider = "gen_ai_provider_name" if release >= (1, 37, 0) else "gen_ai_system"
+        scope: Labels = ()
+        if release >= (1, 43, 0):
+            schema = f"https://opentelemetry.io/schemas/{'.'.join(map(str, release))}"
+            scope = (("otel_scope_name", "chat-frontend"), ("otel_scope_schema_url", schema))
         self.common: Labels = (
             ("gen_ai_operation_name", "chat"),
             (provider, "openai"),
             ("gen_ai_request_model", cl.model),
             ("server_address", "llm-gateway.inference.svc"),
             ("server_port", "80"),
+            *scope,
         )
-        self.chunks = cl.version >= (1, 41, 0)
+        self.chunks = release >= (1, 41, 0)
 
     def build(self) -> list[Series]:
         f, cl = self.f, self.cl

@@ -264,18 +264,20 @@ def _label_sets(lines) -> set[tuple[str, frozenset[str]]]:
     return out
 
 
-def test_scenario_fleet_writes_the_real_client_bodys_names_and_labels():
+@pytest.mark.parametrize("release", ["1.36.0", "1.41.1", "1.44.0"])
+def test_scenario_fleet_writes_the_real_client_bodys_names_and_labels(release: str):
     """tests/fleet_series.py writes the application's series as the real OpenTelemetry SDK's
-    Prometheus exporter did (tests/fixtures/otel_genai/1.41.1/client.txt): the same families and
+    Prometheus exporter did (tests/fixtures/otel_genai/<release>/client.txt): the same families and
     label sets, successes and failures, so the client scenarios test against them."""
     import sys
 
     sys.path.insert(0, str(REPO / "tests"))
     from fleet_series import Fleet
 
-    body = (REPO / "tests" / "fixtures" / "otel_genai" / "1.41.1" / "client.txt").read_text().splitlines()
+    body = (REPO / "tests" / "fixtures" / "otel_genai" / release / "client.txt").read_text().splitlines()
     spec = _data()
-    fleet = Fleet({"replicas": 1, "duration": "2m", "client": {"traffic": {"errors": 0.1}}}, spec)
+    client = {"conventions": release, "traffic": {"errors": 0.1}}
+    fleet = Fleet({"replicas": 1, "duration": "2m", "client": client}, spec)
     written = _label_sets(s["series"] for s in fleet.series())
     real = _label_sets(body)
     assert {n for n, _ in written} == {n for n, _ in real}
