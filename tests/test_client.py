@@ -365,3 +365,32 @@ def test_doctor_without_the_applications_target_says_so(monkeypatch):
     assert {m.kind for m in report.missing} == {"no_target"}
     assert len(report.missing) == len(plan.client.raw_metrics)
     assert "genobs scrape-config SPEC" in report.hint("no_target")
+
+
+def test_init_writes_a_client_block_that_builds(tmp_path: Path) -> None:
+    target = tmp_path / "app.yaml"
+    args = ["init", "--use-case", "chat", "--model", MODEL, "--gateway", "llm-d-epp"]
+    args += ["--client-job", "chat-frontend", "--client-namespace", "chat-app", "--client-conventions", "1.41.0"]
+    result = CliRunner().invoke(main, [*args, "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(target.read_text())
+    assert data["client"]["selector"] == {"namespace": "chat-app", "job": "chat-frontend"}
+    assert data["client"]["conventions"] == "1.41.0"
+    plan = load_plan(target)[1]
+    assert {a.name for a in plan.alerts if ("layer", "client") in a.labels} == {"ClientTtftP99High", "ClientErrorRatioHigh"}
+    built = CliRunner().invoke(main, ["build", "-o", str(tmp_path / "out"), str(target)])  # promtool checks included
+    assert built.exit_code == 0, built.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--client-conventions", "1.41.0"], "--client-conventions needs --client-job"),
+        (["--client-namespace", "x"], "--client-namespace needs --client-job"),
+        (["--client-job", "a", "--client-conventions", "1.26.0"], "--client-conventions: semantic conventions 1.26.0 are outside"),
+        (["--client-job", " "], "must not be empty"),
+    ],
+)
+def test_init_client_options_say_what_is_wrong(flags: list[str], words: str) -> None:
+    result = CliRunner().invoke(main, ["init", "--use-case", "chat", "--model", "m1", *flags])
+    assert result.exit_code == 2 and words in result.output, result.output
