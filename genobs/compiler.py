@@ -23,6 +23,10 @@ def build_plan(doc: SpecDocument) -> Plan:
         gctx, grec, groups = a.gateway
         more, more_notes = build_unit_tests(gctx, grec, groups, a.plan.name, overall, layer="gateway")
         unit_tests, notes = unit_tests + more, notes + more_notes
+    if a.client is not None:  # the application's alerts, on its own series
+        cctx, crec, groups = a.client
+        more, more_notes = build_unit_tests(cctx, crec, groups, a.plan.name, overall, layer="client")
+        unit_tests, notes = unit_tests + more, notes + more_notes
     if a.cap is not None and a.cap_group is not None:
         unit_tests += build_capacity_tests(a.ctx, a.cap, a.tested[0], a.cap_group, a.plan.name)
     return replace(a.plan, unit_tests=unit_tests, warnings=a.plan.warnings + tuple(notes))

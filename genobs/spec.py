@@ -150,6 +150,61 @@ class Gateway(_Model):
     )
 
 
+class ClientOtel(_Model):
+    """How the application's OpenTelemetry GenAI metrics reach Prometheus (docs/client.md)."""
+
+    translation: Literal["underscores_with_suffixes", "utf8", "utf8_without_suffixes"] = Field(
+        "underscores_with_suffixes",
+        description="The name translation on the way into Prometheus: underscores_with_suffixes (the SDK's "
+        "Prometheus exporter, the Collector's and Prometheus' OTLP default: gen_ai_client_operation_duration_seconds), "
+        "utf8 (NoUTF8EscapingWithSuffixes: gen_ai.client.operation.duration_seconds) or utf8_without_suffixes "
+        "(NoTranslation: gen_ai.client.operation.duration).",
+    )
+
+
+class ClientLevels(_Model):
+    warning: Threshold | None = Field(None, description="Threshold for severity warning; null drops this level.")
+    critical: Threshold | None = Field(None, description="Threshold for severity critical (pages); null drops it.")
+    for_: PendingDuration | None = Field(None, alias="for", description="Pending duration, e.g. 10m; 0s to 1h.")
+
+
+class ClientAlerts(_Model):
+    ttft: ClientLevels | None = Field(
+        None,
+        description="p99 time to the first chunk the application measured, e.g. {warning: 2s, critical: 4s}. "
+        "Default: the spec's own TTFT levels (alerts.ttft and the preset).",
+    )
+    error_ratio: ClientLevels | None = Field(
+        None,
+        description="Share of the application's operations that failed (error.type set), e.g. {warning: 1%, "
+        "critical: 5%}. Default: 1 - the spec's success levels (alerts.success and the preset).",
+    )
+
+
+class Client(_Model):
+    """The application's view (docs/client.md): what an application instrumented with the
+    OpenTelemetry GenAI semantic conventions measured of its own calls, network, gateway and retries
+    included. Its alerts take the user-facing page; the gateway and the pods explain it."""
+
+    conventions: Annotated[str, AfterValidator(_engine_version)] | None = Field(
+        None,
+        description="The semantic-conventions release the application's instrumentation follows, e.g. '1.41.0' "
+        "(its meter's schema URL); time to first chunk exists from 1.41.0. Default: newest in the profile.",
+    )
+    otel: ClientOtel = Field(default_factory=ClientOtel, description="How the metrics reach Prometheus.")
+    selector: dict[LabelName, SafeValue] = Field(
+        default_factory=dict,
+        description="Target labels of the application's scrape (or of its OTLP resource), e.g. {namespace: chat-app, "
+        "job: chat-frontend}; must name the job. The application's instances are aggregated away.",
+    )
+    model_names: dict[SafeValue, SafeValue] = Field(
+        default_factory=dict,
+        description="gen_ai.request.model as the application writes it -> the pods' model name, where they differ "
+        "(e.g. {llama-8b: meta-llama/Llama-3.1-8B-Instruct}); unnamed models are read as they are.",
+    )
+    alerts: ClientAlerts = Field(default_factory=ClientAlerts, description="Thresholds of the client's alerts.")
+
+
 def _gpu_short_form(v: object) -> object:
     """`gpu_metrics: dcgm` is the block with every default; `none` is off."""
     if isinstance(v, str):
@@ -410,6 +465,11 @@ class Spec(_Model):
         None,
         description="A gateway in front of the engine pods (llm-d EPP): user-facing alerts and SLOs read it, "
         "diagnosis reads the pods.",
+    )
+    client: Client | None = Field(
+        None,
+        description="The application in front of the gateway or the pods, measuring OpenTelemetry GenAI client "
+        "metrics: users' view, its alerts page first (docs/client.md).",
     )
     use_case: Literal["chat", "rag", "agentic", "batch", "voice", "capacity"] = Field(
         description="Preset of KPIs and thresholds."

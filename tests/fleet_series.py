@@ -336,6 +336,9 @@ class Fleet:
         gw_spec = (spec or {}).get("gateway") or {}
         kind = DynamoModel if gw_spec.get("engine") == "dynamo" else GatewayModel
         self.gateway = None if gateway is None and not gw_spec else kind(gateway or {}, gw_spec, self.namespace, self.job)
+        client = data.pop("client", None)
+        cl_spec = (spec or {}).get("client") or {}
+        self.client = None if client is None and not cl_spec else ClientModel(client or {}, cl_spec, self.model)
         gpus = data.pop("gpus", None)
         self.gpus = None if gpus is None else {**DEFAULT_GPUS, **gpus}
         if self.gpus is not None and set(self.gpus) - set(DEFAULT_GPUS):
@@ -417,6 +420,9 @@ class Fleet:
             kind = DynamoSeries if isinstance(self.gateway, DynamoModel) else GatewaySeries
             for i, target in enumerate(gateway_targets(self, self.gateway)):
                 out.extend(kind(self, self.gateway, target, i).build())
+        if self.client is not None:
+            for i in range(self.client.instances):
+                out.extend(ClientSeries(self, self.client, i).build())
         return [{"series": s.text(), "values": encode(s.values)} for s in out]
 
     @staticmethod
@@ -1252,3 +1258,154 @@ class DynamoSeries(GatewaySeries):
         self._hist(n["duration"], m, self.bounds["duration"], e2e_parts)
         self._s(n["active"], m, False).values.append(running + waiting)
         self._s(n["queued"], m, False).values.append(waiting)
+
+
+# --- an application in front of the gateway or the replicas: OpenTelemetry GenAI client metrics ----
+
+# the conventions' recommended boundaries (docs/gen-ai/gen-ai-metrics.md), as the Python SDK's
+# Prometheus exporter writes them when the application sets them through a View
+OTEL_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+OTEL_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+
+CLIENT_DEFAULTS: dict[str, Any] = {
+    "state": "serving",  # serving | down (the application's target fails its scrape)
+    # seconds the path in front of the servers adds to every call's first chunk and duration (the
+    # network, the gateway's hop, the application's own queueing); retries add their waits here
+    "overhead": 0.03,
+    # operations per second per served request that fail before any server answers (connection
+    # errors, timeouts the application gives up on): counted by the application only
+    "errors": 0.0,
+    "error_type": "APITimeoutError",  # error.type of those failures (the OpenAI client's class name)
+    "timeout": 10.0,  # seconds a failed operation took (its duration observation)
+    "streaming": 1.0,  # share of streaming calls (only they observe time to first chunk)
+}
+
+
+class ClientModel:
+    """The fleet's `client:` mapping (and the spec's client block): the application's job,
+    instances, model name, conventions release, traffic and events."""
+
+    def __init__(self, data: dict, spec: dict, model: str) -> None:
+        data = copy.deepcopy(data)
+        selector = dict(spec.get("selector") or {})
+        self.job = data.pop("job", selector.get("job", "chat-frontend"))
+        self.namespace = data.pop("namespace", selector.get("namespace", "chat-app"))
+        self.instances = int(data.pop("instances", 2))
+        # gen_ai.request.model as the application writes it: its name of the pods' model
+        mine = {v: k for k, v in (spec.get("model_names") or {}).items()}
+        self.model = data.pop("request_model", mine.get(model, model))
+        self.response_model = model
+        # the conventions release of each instance's instrumentation (a list: one per instance, cycled,
+        # two releases side by side during the application's rollout)
+        releases = data.pop("conventions", spec.get("conventions", "1.44.0"))
+        self.versions = [version(v) for v in (releases if isinstance(releases, list) else [releases])]
+        self.traffic = {**CLIENT_DEFAULTS, **(data.pop("traffic", {}) or {})}
+        _, self.events = _gateway_events(data, CLIENT_DEFAULTS, "client")
+        if data:
+            raise ValueError(f"unknown client fields: {', '.join(sorted(data))}")
+
+    def at(self, t: int) -> dict[str, Any]:
+        p = dict(self.traffic)
+        for start, end, _, patch in self.events:
+            if start <= t < end:
+                p.update(patch)
+        return p
+
+
+class ClientSeries(GatewaySeries):
+    """One application instance's OpenTelemetry GenAI client series (the SDK's Prometheus exporter,
+    underscores with suffixes, the labels of tests/fixtures/otel_genai/1.41.1/client.txt), from
+    what the replicas serve: each instance issues an equal share of every served request, with the
+    gateway's and the client's overhead added; failures before any server answered come on top."""
+
+    def __init__(self, fleet: Fleet, cl: ClientModel, index: int) -> None:
+        self.f, self.cl, self.index = fleet, cl, index
+        release = cl.versions[index % len(cl.versions)]
+        self.series = {}
+        instance = ("instance", f"10.0.9.{11 + index}:9464")
+        self.base: Labels = (("job", cl.job), ("namespace", cl.namespace), instance)
+        self.duration = (*OTEL_DURATION_BUCKETS, math.inf)
+        self.tokens = (*(float(b) for b in OTEL_TOKEN_BUCKETS), math.inf)
+        # gen_ai.system renamed gen_ai.provider.name at 1.37.0; the SDK's exporter adds the scope labels
+        # from 0.64b0, whose conventions package is 1.41.1 and later (tests/fixtures/otel_genai/1.44.0)
+        provider = "gen_ai_provider_name" if release >= (1, 37, 0) else "gen_ai_system"
+        scope: Labels = ()
+        if release >= (1, 43, 0):
+            schema = f"https://opentelemetry.io/schemas/{'.'.join(map(str, release))}"
+            scope = (("otel_scope_name", "chat-frontend"), ("otel_scope_schema_url", schema))
+        self.common: Labels = (
+            ("gen_ai_operation_name", "chat"),
+            (provider, "openai"),
+            ("gen_ai_request_model", cl.model),
+            ("server_address", "llm-gateway.inference.svc"),
+            ("server_port", "80"),
+            *scope,
+        )
+        self.chunks = release >= (1, 41, 0)
+
+    def build(self) -> list[Series]:
+        f, cl = self.f, self.cl
+        up = self._s("up", self.base, True)
+        was_up = False
+        for t in f.steps():
+            p = cl.at(t)
+            if p["state"] == "down":
+                up.values.append(0.0)
+                for s in self.series.values():
+                    if s is not up:
+                        s.values.append("stale" if was_up else None)
+                was_up = False
+                continue
+            up.values.append(1.0)
+            known = set(self.series)
+            self._client_step(t, p, first=not was_up)
+            for k, s in self.series.items():
+                if k not in known and len(s.values) < len(up.values):
+                    s.values[:0] = [None] * (len(up.values) - len(s.values))
+            was_up = True
+        return list(self.series.values())
+
+    def _client_step(self, t: int, p: dict, first: bool) -> None:
+        f = self.f
+        dt = 0 if first else STEP
+        share = 1 / self.cl.instances
+        gw = f.gateway.at(t) if f.gateway is not None else {"overhead": 0.0, "errors": 0.0}
+        in_front = float(p["overhead"]) + float(gw.get("overhead", 0.0))
+        ttft_parts: list[tuple[float, Dist]] = []
+        e2e_parts: list[tuple[float, Dist]] = []
+        chunk_parts: list[tuple[float, Dist]] = []
+        prompt_parts: list[tuple[float, Dist]] = []
+        output_parts: list[tuple[float, Dist]] = []
+        served = 0.0
+        for r in f.replicas:
+            rp = r.at(t)
+            if rp["state"] != "serving":
+                continue
+            n = rp["rate"] * dt * share
+            served += n
+            ttft = Dist.of(rp["ttft"])
+            out_d = Dist.of(rp["output_tokens"])
+            tpot = Dist.of(rp["tpot"]) if rp["tpot"] is not None else Dist.of(rp["itl"])
+            e2e = out_d.shifted(-1).scaled(tpot.mean()).shifted(ttft.mean()) if rp["e2e"] == "auto" else Dist.of(rp["e2e"])
+            ttft_parts.append((n * float(p["streaming"]), ttft.shifted(in_front)))
+            e2e_parts.append((n, e2e.shifted(in_front)))
+            chunk_parts.append((n * float(p["streaming"]) * max(out_d.mean() - 1, 0.0), tpot))
+            prompt_parts.append((n, Dist.of(rp["prompt_tokens"])))
+            output_parts.append((n, out_d))
+        ok = (*self.base, *self.common, ("gen_ai_response_model", self.cl.response_model))
+        # the servers' error answers reach the application as errors too (InternalServerError)
+        server_errors = served * float(gw.get("errors", 0.0))
+        failed = served * float(p["errors"])
+        done = served - server_errors
+        kept = done / served if served else 0.0
+        self._hist("gen_ai_client_operation_duration_seconds", ok, self.duration, [(n * kept, d) for n, d in e2e_parts])
+        timeout = Dist.of(float(p["timeout"]))
+        err = (*self.base, *self.common, ("error_type", str(p["error_type"])))
+        self._hist("gen_ai_client_operation_duration_seconds", err, self.duration, [(failed, timeout)])
+        served_err = (*self.base, *self.common, ("error_type", "InternalServerError"))
+        self._hist("gen_ai_client_operation_duration_seconds", served_err, self.duration, [(server_errors, Dist.of(in_front))])
+        if self.chunks:
+            self._hist("gen_ai_client_operation_time_to_first_chunk_seconds", ok, self.duration, ttft_parts)
+            self._hist("gen_ai_client_operation_time_per_output_chunk_seconds", ok, self.duration, chunk_parts)
+        for kind, parts in (("input", prompt_parts), ("output", output_parts)):
+            self._hist("gen_ai_client_token_usage", (*ok, ("gen_ai_token_type", kind)), self.tokens, parts)

@@ -133,7 +133,7 @@ def rule_groups(prom: Path) -> tuple[list[Path], list[str], dict[str, set[str]],
 def raw_names(exprs: str) -> set[str]:
     return set(
         re.findall(
-            r"\b(?:vllm[:_]|sglang[:_]|trtllm_|inference_model_|inference_objective_|inference_pool_|llm_d_router_epp_|llm_d_epp_)[a-z0-9_:]+",
+            r"\b(?:vllm[:_]|sglang[:_]|trtllm_|inference_model_|inference_objective_|inference_pool_|llm_d_router_epp_|llm_d_epp_|gen_ai_client_)[a-z0-9_:]+",
             exprs,
         )
     )

@@ -39,9 +39,10 @@ def rules_of(files: dict[str, bytes]) -> list[dict]:
 
 
 def pod_level(rule: dict) -> bool:
-    """Not an SLO's burn (label `slo`) and not the gateway's own alert (label `layer: gateway`)."""
+    """Not an SLO's burn (label `slo`), not the gateway's nor the application's own alert (label
+    `layer: gateway` or `layer: client`)."""
     labels = rule.get("labels", {})
-    return "slo" not in labels and labels.get("layer") != "gateway"
+    return "slo" not in labels and labels.get("layer") not in ("gateway", "client")
 
 
 def alertnames_in(matchers: list[str]) -> set[str]:

@@ -73,7 +73,15 @@ def test_cli_build_writes_every_output_and_promtool_accepts_it(spec: Path, built
     rules = sorted((target / "prometheus").glob("*.rules.yaml"))
     names = {r.name for r in rules}
     assert {"alerts.rules.yaml", "recording.rules.yaml"} <= names
-    assert names <= {"alerts.rules.yaml", "recording.rules.yaml", "slo.rules.yaml", "capacity.rules.yaml", "gateway.rules.yaml", "gateway-slo.rules.yaml"}
+    assert names <= {
+        "alerts.rules.yaml",
+        "recording.rules.yaml",
+        "slo.rules.yaml",
+        "capacity.rules.yaml",
+        "gateway.rules.yaml",
+        "gateway-slo.rules.yaml",
+        "client.rules.yaml",
+    }
     proc = subprocess.run(
         [promtool, "check", "rules", "--lint=all", "--lint-fatal", *map(str, rules)], capture_output=True, text=True
     )
@@ -97,6 +105,10 @@ def test_every_raw_metric_exists_for_the_engine_version(spec: Path):
     if gw is not None:  # the gateway's own series (tests/test_gateway.py checks them against its catalog rows)
         gw_catalog = load_catalog(gw.engine)
         exported |= gw_catalog.names_for(parse_version(gw.engine_version) if gw.engine_version else gw_catalog.max_version)
+    cl = doc.spec.client
+    if cl is not None:  # the application's OpenTelemetry GenAI series (tests/test_client.py)
+        cl_catalog = load_catalog("otel-genai", cl.otel.translation)
+        exported |= cl_catalog.names_for(parse_version(cl.conventions) if cl.conventions else cl_catalog.max_version)
     recorded = {r.record for r in plan.recording_rules}
     for rule in (*plan.recording_rules, *plan.alerts):
         for name in metric_names(rule.expr):

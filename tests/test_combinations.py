@@ -38,11 +38,13 @@ LABEL = "cluster"
 
 
 def _layout(data: dict) -> str:
-    """An engine layout: the pods' engine, P/D pools or not, the gateway in front (if any)."""
+    """An engine layout: the pods' engine, P/D pools or not, the gateway in front (if any), the
+    application's OpenTelemetry GenAI client metrics in front of both (if any)."""
     service = data["service"]
     pd = "-pd" if (data.get("features") or {}).get("disaggregated_prefill") else ""
     gateway = (data.get("gateway") or {}).get("engine")
-    return f"{service.get('engine', 'vllm')}{pd}" + (f"+{gateway}" if gateway else "")
+    client = "+otel-genai" if data.get("client") else ""
+    return f"{service.get('engine', 'vllm')}{pd}" + (f"+{gateway}" if gateway else "") + client
 
 
 def _layouts() -> dict[str, Path]:

@@ -64,7 +64,7 @@ def test_every_replica_level_alert_has_confirm_queries_by_instance(path):
     for e in plan.runbook:
         if e.alert in FLEET_WIDE:
             continue
-        if e.alert.startswith("Gateway"):  # per model at the gateway; its queries then walk to the pods
+        if e.alert.startswith(("Gateway", "Client")):  # per model in front of the pods; then walk to them
             assert any("per instance" in caption for caption, _ in e.confirm), e.alert
             continue
         assert e.confirm, f"{e.alert}: no per-replica confirm query"

@@ -144,9 +144,14 @@ def _gateway_groups(plan) -> set[str]:
     return {g.name for g in plan.groups if g.name.removeprefix(f"genobs-{plan.name}-").startswith("gateway")}
 
 
+def _client_groups(plan) -> set[str]:
+    return {g.name for g in plan.groups if g.name == f"genobs-{plan.name}-client"}
+
+
 def _engine_alerts(plan) -> list:
-    """The pods' alerts: a gateway's rule groups (genobs-<spec>-gateway*) have tests of their own."""
-    own = [g for g in plan.groups if g.name not in _gateway_groups(plan)]
+    """The pods' alerts: a gateway's rule groups (genobs-<spec>-gateway*) and the application's
+    (genobs-<spec>-client) have tests of their own."""
+    own = [g for g in plan.groups if g.name not in _gateway_groups(plan) | _client_groups(plan)]
     return [r for g in own for r in g.rules if r in plan.alerts]
 
 
@@ -175,6 +180,10 @@ def test_healthy_fleet_checks_every_alert_and_key_recorded_series(spec):
         quiet = {t["alertname"] for t in gateway["alert_rule_test"] if t["exp_alerts"] == []}
         in_front = {r.name for g in plan.groups if g.name in _gateway_groups(plan) for r in g.rules if r in plan.alerts}
         assert quiet == in_front
+    if _client_groups(plan):  # the application's healthy fleet: none of its alerts fires
+        (client,) = dict(files)["client-healthy.test.yaml"]["tests"]
+        quiet = {t["alertname"] for t in client["alert_rule_test"] if t["exp_alerts"] == []}
+        assert quiet == {r.name for g in plan.groups if g.name in _client_groups(plan) for r in g.rules if r in plan.alerts}
     exprs = " ".join(t["expr"] for t in healthy[0]["promql_expr_test"])
     assert "genobs:ttft_seconds:quantile_rate" in exprs
     # the success ratio where the engine can count failures (SGLang cannot: a capability line instead)

@@ -392,6 +392,7 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
         selector = tuple(s.service.selector.items())
         models = tuple(s.service.models)
         needed = plan.raw_metrics - (plan.gateway.raw_metrics if plan.gateway else frozenset())
+        needed -= plan.client.raw_metrics if plan.client else frozenset()
         foreign = _foreign(s)
         features = frozenset(k for k, on in s.features.model_dump().items() if on)
         engine, spec_dialect = s.service.engine, s.service.metric_names
@@ -407,6 +408,11 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
             from genobs.commands import doctor_gateway
 
             gateway = doctor_gateway.diagnose(server, plan.gateway)
+        client = None
+        if plan is not None and plan.client is not None:
+            from genobs.commands import doctor_client
+
+            client = doctor_client.diagnose(server, plan.client)
     except PrometheusError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -424,7 +430,7 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
         sys.exit(0 if report.dialect != "none" else 1)
     click.echo(
         f"spec {plan.name}: {plan.engine_release}, metric_names: {spec_dialect}; "
-        f"its rules read {len(needed)} raw metrics" + (" on the pods" if gateway else "")
+        f"its rules read {len(needed)} raw metrics" + (" on the pods" if gateway or client else "")
     )
     _print_missing(report.missing, len(needed), list(_HINTS), title, lambda kind, group: hint(kind, group, spec_dialect, engine), engine)
     if gateway is not None:
@@ -438,7 +444,14 @@ def doctor(spec: Path | None, url: str, **reach) -> None:
         _print_missing(
             gateway.missing, len(gateway.needed), list(dg._HINTS), dg.title, lambda kind, _: dg.hint(kind, gw_engine, gateway.scraped), gw_engine
         )
-    sys.exit(1 if report.missing or (gateway is not None and gateway.missing) else 0)
+    if client is not None:
+        from genobs.commands import doctor_client as dc
+
+        for line in dc.lines(client):
+            click.echo(line)
+        _print_missing(client.missing, len(client.needed), list(dc._HINTS), dc.title, lambda kind, _: client.hint(kind), "otel-genai")
+    client_bad = client is not None and bool(client.missing or client.default_buckets)
+    sys.exit(1 if report.missing or (gateway is not None and gateway.missing) or client_bad else 0)
 
 
 def _print_missing(missing: list[Missing], needed: int, kinds: list[str], title_of, hint_of, engine: str) -> None:

@@ -146,10 +146,13 @@ def spec_text(
     capabilities: tuple[str, ...] = (),
     gateway: tuple[str, str | None, str] | None = None,
     device: str = "gpu",
+    client: tuple[str, str | None, str] | None = None,
 ) -> str:
     """The commented spec `genobs init` writes; no model watches every model behind the selector.
     `gateway`: (profile, release or None for the newest, scrape job) of a gateway in front of the pods;
-    `device`: cpu writes devices.yaml's thresholds under alerts:."""
+    `device`: cpu writes devices.yaml's thresholds under alerts:; `client`: (scrape job, conventions
+    release or None for the newest, namespace) of an application measuring OpenTelemetry GenAI
+    client metrics in front of them."""
     preset = presets()[use_case]
     name = name or use_case
     version = engine_version or newest_version(engine)
@@ -188,6 +191,7 @@ def spec_text(
         c("  min_request_rate: 0.05", "req/s below which latency and ratio alerts stay silent"),
         "",
         *(_gateway_block(gateway, namespace) if gateway else []),
+        *(_client_block(client) if client else []),
         c(f"use_case: {use_case}", "preset thresholds (override them under alerts:):"),
         *preset_lines,
         "",
@@ -279,6 +283,27 @@ def _gateway_block(gateway: tuple[str, str | None, str], namespace: str | None) 
     ]
 
 
+def _client_block(client: tuple[str, str | None, str]) -> list[str]:
+    job, conventions, namespace = client
+    from genobs.catalog import format_version, load_catalog
+
+    def c(code: str, comment: str = "") -> str:
+        return f"{code:<35} # {comment}" if comment else code
+
+    release = conventions or format_version(load_catalog("otel-genai").max_version)
+    return [
+        c("client:", "the application's view (OpenTelemetry GenAI client metrics): its alerts page first"),
+        c(f"  conventions: {_q(release)}", "its instrumentation's semantic conventions (first chunk from 1.41.0)"),
+        c("  otel: {translation: underscores_with_suffixes}", "the SDK's Prometheus exporter, the OTLP default"),
+        c("  selector:", "target labels of the application's own scrape job"),
+        f"    namespace: {_q(namespace)}",
+        c(f"    job: {_q(job)}", "its /metrics (`genobs scrape-config` prints the job)"),
+        c("  model_names: {}", "gen_ai.request.model -> the pods' model name, where they differ"),
+        c("  alerts: {}", "default: the TTFT and success levels below; e.g. ttft: {warning: 1.28s, critical: 2.56s}"),
+        "",
+    ]
+
+
 def validate(text: str, file: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Load and plan the text; its plan warnings and capability lines. SpecError when the options
     make an invalid spec."""
@@ -299,6 +324,8 @@ _OPTION_OF_FIELD = (
     ("features", "--engine-version"),
     ("gateway.engine_version", "--gateway-version"),
     ("gateway.selector", "--gateway-job"),
+    ("client.conventions", "--client-conventions"),
+    ("client.selector", "--client-job"),
 )
 
 
@@ -333,6 +360,20 @@ _OPTION_OF_FIELD = (
     "--gateway-job", default=None, help="Prometheus scrape job of the gateway. Default: llm-d-epp, or dynamo-frontend."
 )
 @click.option(
+    "--client-job",
+    default=None,
+    help="Prometheus scrape job of an application in front of the gateway or the pods that records OpenTelemetry "
+    "GenAI client metrics: adds a client: block (its alerts page first).",
+)
+@click.option(
+    "--client-namespace", default=None, help="Kubernetes namespace of the application's targets. Default: --namespace."
+)
+@click.option(
+    "--client-conventions",
+    default=None,
+    help="Semantic-conventions release of the application's instrumentation, e.g. 1.41.0. Default: newest genobs knows.",
+)
+@click.option(
     "--device",
     type=click.Choice(["gpu", "cpu"]),
     default="gpu",
@@ -352,6 +393,9 @@ def init(
     gateway: str | None,
     gateway_version: str | None,
     gateway_job: str | None,
+    client_job: str | None,
+    client_namespace: str | None,
+    client_conventions: str | None,
     device: str,
     namespace: str,
     job: str | None,
@@ -368,6 +412,13 @@ def init(
         front = (gateway, gateway_version, _GATEWAY_LINES[gateway][0] if gateway_job is None else gateway_job)
         if not front[2].strip():
             raise click.BadParameter("must not be empty", param_hint="--gateway-job")
+    if client_job is None and (client_namespace or client_conventions):
+        raise click.UsageError(f"{'--client-namespace' if client_namespace else '--client-conventions'} needs --client-job")
+    app = None
+    if client_job is not None:
+        if not client_job.strip():
+            raise click.BadParameter("must not be empty", param_hint="--client-job")
+        app = (client_job, client_conventions, client_namespace or namespace)
     if output is not None and output.is_dir() and not output.is_symlink():
         raise click.BadParameter(f"{printable(str(output))} is a folder; give a file name", param_hint="-o/--output")
     if output is not None and os.path.lexists(output) and not force:  # a dangling link exists too
@@ -376,7 +427,7 @@ def init(
         if not value.strip():
             raise click.BadParameter("must not be empty", param_hint=option)
     args = (use_case, model, name, engine_version, namespace, schema_ref(output))
-    text = spec_text(*args, job=job, engine=engine, gateway=front, device=device)
+    text = spec_text(*args, job=job, engine=engine, gateway=front, device=device, client=app)
     from genobs.errors import SpecError
 
     try:
@@ -391,7 +442,7 @@ def init(
         raise SystemExit(2) from None
     if warnings or capabilities:  # the same the build will print; written into the spec as comments too
         text = spec_text(
-            *args, warnings=warnings, job=job, engine=engine, capabilities=capabilities, gateway=front, device=device
+            *args, warnings=warnings, job=job, engine=engine, capabilities=capabilities, gateway=front, device=device, client=app
         )
         for w in warnings:
             click.echo(f"warning: {w}", err=True)

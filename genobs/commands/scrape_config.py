@@ -91,9 +91,23 @@ def read_families(plan) -> list[str]:
     return sorted(out)
 
 
+def _client_names() -> set[str]:
+    """Every OpenTelemetry GenAI client name genobs reads (the translation it writes PromQL for)."""
+    catalog = load_catalog("otel-genai")
+    return catalog.names_for(catalog.max_version)
+
+
+def client_families(plan) -> list[str]:
+    """The families of read_families an application's job (a spec's `client:` block) exports."""
+    names = _client_names()
+    return [n for n in read_families(plan) if n in names]
+
+
 def layer_families(plan) -> tuple[list[str], list[str]]:
-    """read_families split by the job that scrapes them: (the pods', the gateway's)."""
-    families = read_families(plan)
+    """read_families split by the job that scrapes them: (the pods', the gateway's); an
+    application's (client_families) in neither."""
+    client = _client_names()
+    families = [n for n in read_families(plan) if n not in client]
     if plan.gateway is None:
         return families, []
     from genobs.catalog import parse_version
@@ -174,12 +188,26 @@ def _spec_selector(spec: Path) -> tuple[str, dict[str, str], str, tuple[str, dic
     return job, selector, s.service.engine, gateway
 
 
+def _client_selector(spec: Path) -> tuple[str, dict[str, str]] | None:
+    """(job, other selector labels) of a spec's application (`client:`), or None. Raises SpecError."""
+    from genobs.loader import load_spec
+
+    client = load_spec(spec).spec.client
+    if client is None:
+        return None
+    selector = dict(client.selector)
+    return selector.pop("job", None) or "otel-genai", selector
+
+
 def _check_target(option: str, t: str) -> None:
     if not _TARGET.fullmatch(t):
         raise click.BadParameter(
             f"{t!r} is not HOST:PORT (no scheme, path or spaces; the job sets those), e.g. 10.0.0.5:8000",
             param_hint=option,
         )
+
+
+CLIENT_TARGET = "127.0.0.1:9464"
 
 
 def _default_target(engine: str) -> str:
@@ -227,6 +255,14 @@ def _plan(spec: Path):
     "EPP's metrics port, 127.0.0.1:8000 for the Dynamo frontend).",
 )
 @click.option(
+    "--client-target",
+    "client_targets",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Target of the application of a spec with a `client:` block, the /metrics of its OpenTelemetry SDK's "
+    f"Prometheus exporter (repeatable; default {CLIENT_TARGET}, the exporter's customary port).",
+)
+@click.option(
     "--gateway-token-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -267,6 +303,7 @@ def scrape_config(
     job: str | None,
     targets: tuple[str, ...],
     gateway_targets: tuple[str, ...],
+    client_targets: tuple[str, ...],
     gateway_token_file: Path | None,
     gateway_no_auth: bool,
     interval: str | None,
@@ -276,7 +313,8 @@ def scrape_config(
     engine_option: str | None,
 ) -> None:
     """Print a Prometheus scrape job for an engine (vLLM, SGLang, TensorRT-LLM) that keeps the metric names' colons,
-    and one for the gateway in front of it (llm-d EPP, Dynamo frontend) when SPEC has a `gateway:` block.
+    and one for the gateway in front of it (llm-d EPP, Dynamo frontend) when SPEC has a `gateway:` block,
+    and one for the application (its OpenTelemetry GenAI client metrics) when SPEC has a `client:` block.
 
     prometheus_client >= 0.23 answers Prometheus 2.x's OpenMetrics Accept header
     with `:` escaped to `_`; the job's metric_relabel_configs turn the names back, so
@@ -309,14 +347,18 @@ def scrape_config(
         _check_target("--target", t)
     for t in gateway_targets:
         _check_target("--gateway-target", t)
+    for t in client_targets:
+        _check_target("--client-target", t)
     labels: dict[str, str] = {}
     engine = "vllm"
     gateway = None
+    client = None
     if spec is not None:
         from genobs.errors import SpecError
 
         try:
             spec_job, labels, engine, gateway = _spec_selector(spec)
+            client = _client_selector(spec)
         except SpecError as exc:
             for p in exc.problems:
                 click.echo(str(p), err=True)
@@ -324,6 +366,8 @@ def scrape_config(
         job = job or spec_job
     elif gateway_targets:
         raise click.UsageError("--gateway-target needs SPEC with a gateway: block (without SPEC, use --engine and --target)")
+    if client_targets and (spec is None or client is None):
+        raise click.UsageError("--client-target needs SPEC with a client: block")
     engine = engine_option or engine
     if relabel_only:
         click.echo(dump({"metric_relabel_configs": relabel_configs(engine) + (keep or [])}), nl=False)
@@ -350,6 +394,18 @@ def scrape_config(
                 interval=interval,
                 keep=keep_configs(gateway_families, gw_engine) if gateway_families is not None else None,
                 token_file=_token_file(gw_engine, gateway_token_file, gateway_no_auth),
+            )
+        )
+    if client is not None:
+        cl_job, cl_labels = client
+        entries.append(
+            scrape_job(
+                cl_job,
+                list(client_targets) or [CLIENT_TARGET],
+                cl_labels,
+                engine="otel-genai",
+                interval=interval,
+                keep=keep_configs(client_families(plan), "otel-genai") if plan is not None else None,
             )
         )
     click.echo(dump({"scrape_configs": entries}), nl=False)

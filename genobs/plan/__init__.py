@@ -11,7 +11,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import backend, capacity, gateway, links, pages, slo
+from genobs.plan import backend, capacity, client, gateway, links, pages, slo
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.capacity import CapacityPlan
@@ -284,6 +284,9 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
         slo.validate(doc, ctx, report, only=pods if gctx else None)
         if gctx is not None:
             slo.validate(doc, gctx, report, only=at_gateway)
+        cctx = client.client_context(doc, ctx, problems)
+        if cctx is not None:
+            client.levels(doc, cctx, resolved, problems)
         capacity.validate(doc, ctx, report)
     return ctx, resolved, problems
 
@@ -386,10 +389,15 @@ class Assembly:
     cap_group: RuleGroup | None
     # the gateway's own groups, its context and recorded names: its alerts get tests of their own
     gateway: tuple[Context, Recorder, tuple[RuleGroup, ...]] | None = None
+    client: tuple[Context, Recorder, tuple[RuleGroup, ...]] | None = None  # the same, of the application
 
 
 def _gateway_row(gw) -> tuple:
     return () if gw is None else (gw.row,)
+
+
+def _client_row(cl) -> tuple:
+    return () if cl is None else (cl.row,)
 
 
 def assemble(doc: SpecDocument) -> Assembly:
@@ -416,6 +424,15 @@ def assemble(doc: SpecDocument) -> Assembly:
         )
         slos = gateway.merge_slos(gw_slos, pod_slos)
         gw = gateway.with_inhibit(gw, ctx, slo_alerts(gw_slos))
+    cctx = client.client_context(doc, ctx, problems)
+    cl = None
+    if cctx is not None:
+        gw_alerts = frozenset(a.name for a in gw.alerts) if gw else frozenset()
+        burns = (("pods", tuple(slo_alerts(pod_slos))),)
+        if gw_slos is not None:
+            burns += (("gateway", tuple(slo_alerts(gw_slos))),)
+        gw_names = gw.names if gw else {}
+        cl = client.build_client(doc, cctx, ctx, gctx, resolved, gw_names, gw_alerts, burns, base_url, problems)
     cap = capacity.build(doc, ctx, rec, base_url, spec.team)
     readers = (*alerts, *slos.rules, *slos.long_rules, *(cap.rules if cap else ()))
     fast, panels = split_recording(tuple(rec.rules), readers)
@@ -439,12 +456,12 @@ def assemble(doc: SpecDocument) -> Assembly:
         tags=("genobs", spec.service.engine, spec.use_case),
         variables=build_variables(ctx, rec),
         rows=_with_lead(
-            _with_capacity(slos.rows + _gateway_row(gw) + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset
+            _with_capacity(slos.rows + _client_row(cl) + _gateway_row(gw) + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset
         ),
         runbook_url=base_url if _absolute(base_url) else None,
         annotations=build_annotations(ctx),
     )
-    shown = [*alerts, *(gw.alerts if gw else ()), *slo_alerts(slos), *(cap.rules if cap else ())]
+    shown = [*alerts, *(gw.alerts if gw else ()), *(cl.alerts if cl else ()), *slo_alerts(slos), *(cap.rules if cap else ())]
     dashboard = replace(dashboard, panel_links=links.runbook_links(shown, dashboard.rows))
     # every alert links to its panel (dashboard.base_url), before its unit tests expect the annotation
     grafana = spec.dashboard.base_url
@@ -463,12 +480,20 @@ def assemble(doc: SpecDocument) -> Assembly:
         gw_groups = pages.with_hold(gw_groups, keep, other)
         groups += gw_groups
         tested_gateway = (gw.ctx, gateway.recorder(gw), gw_groups)
+    tested_client = None
+    if cl is not None:  # the application's group reads its own series only: tested on its own
+        cl_rules = links.with_dashboard_urls(cl.rules, grafana, dashboard)
+        cl_groups = pages.with_hold(
+            (RuleGroup(naming.group(spec.name, "client"), spec.evaluation_interval, cl_rules),), keep, other
+        )
+        groups += cl_groups
+        tested_client = (cl.ctx, client.recorder(cl), cl_groups)
     cap_group = None
     if cap is not None:
         cap_group = pages.with_hold((RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep, other)[0]
         groups += (cap_group,)
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
-    raw = _raw_metrics(groups, ctx, recorded, (cap.known if cap else frozenset()) | (gw.raw if gw else frozenset()))
+    raw = _raw_metrics(groups, ctx, recorded, (cap.known if cap else frozenset()) | (gw.raw if gw else frozenset()) | (cl.raw if cl else frozenset()))
     _check_panels(dashboard.rows, recorded)
     plan = Plan(
         name=spec.name,
@@ -484,7 +509,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         group_by=ctx.group,
         groups=groups,
         dashboard=dashboard,
-        runbook=(gw.runbook if gw else ()) + _runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
+        runbook=(cl.runbook if cl else ()) + (gw.runbook if gw else ()) + _runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
         slo_runbook=slos.runbook,
         warnings=tuple(_runbook_notes(base_url))
         + tuple(_policy_notes(ctx, resolved))
@@ -492,8 +517,10 @@ def assemble(doc: SpecDocument) -> Assembly:
         + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
         gateway=None if gw is None else gateway.layer(gw, raw),
+        client=None if cl is None else client.layer(cl, raw),
         capabilities=tuple(capability_lines(ctx, spec.use_case))
-        + tuple(gateway.capability_lines(gctx, ctx) if gctx else ()),
+        + tuple(gateway.capability_lines(gctx, ctx) if gctx else ())
+        + tuple(client.capability_lines(cctx) if cctx else ()),
         engine_release=ctx.release,
         alert_prefix=ctx.catalog.alert_prefix,
         alert_renames=ctx.catalog.alert_renames,
@@ -503,9 +530,20 @@ def assemble(doc: SpecDocument) -> Assembly:
     )
     # the pods' inhibitions name the pods' alerts (the gateway's carry the gateway's selector)
     at_gateway = {a.name for a in gw.alerts} if gw else set()
+    at_gateway |= {a.name for a in cl.alerts} if cl else set()
     pod_alerts = [a for a in plan.alerts if a.name not in at_gateway]
-    plan = replace(plan, inhibit_rules=build_inhibit_rules(ctx, pod_alerts) + (gw.inhibit if gw else ()))
-    return Assembly(plan=plan, ctx=ctx, rec=rec, tested=tested, cap=cap, cap_group=cap_group, gateway=tested_gateway)
+    inhibit = build_inhibit_rules(ctx, pod_alerts) + (gw.inhibit if gw else ()) + (cl.inhibit if cl else ())
+    plan = replace(plan, inhibit_rules=inhibit)
+    return Assembly(
+        plan=plan,
+        ctx=ctx,
+        rec=rec,
+        tested=tested,
+        cap=cap,
+        cap_group=cap_group,
+        gateway=tested_gateway,
+        client=tested_client,
+    )
 
 
 __all__ = ["Assembly", "assemble", "plan_problems"]

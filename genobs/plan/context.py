@@ -32,6 +32,8 @@ class Context:
     spec: str = ""  # the spec's name: labels the SLO series, which several specs may share
     evaluation_seconds: float = 30.0  # the rule groups' evaluation interval
     other_version: Version | None = None  # another release in the fleet (service.other_engine_version)
+    # a layer whose model names differ from the pods' (client.model_names): (its name, the pods')
+    model_map: tuple[tuple[str, str], ...] = ()
 
     def without_cluster(self) -> Context:
         """The same facts over every cluster together: an SLO of `scope: global`."""
@@ -122,16 +124,27 @@ class Context:
         already selected the spec's models (matching on the grouping labels drops the rest)."""
         out: list[q.Matcher] = [(k, "=", v) for k, v in self.selector]
         if self.models and not process and models:
-            out.append((self.catalog.model_label, "=~", q.any_of(self.models)))
+            out.append((self.catalog.model_label, "=~", q.any_of(self.wire_models)))
         return tuple(out)
+
+    @property
+    def wire_models(self) -> tuple[str, ...]:
+        """The spec's models as this layer's series name them: the pods' names, and the layer's
+        own names of them (model_map)."""
+        own = tuple(mine for mine, pods in self.model_map if pods in self.models and mine not in self.models)
+        return (*self.models, *own)
 
     def _as_model_name(self, vector: str) -> str:
         """`vector` with the profile's model label copied to model_name, the label every recorded
         series, alert and inhibition rule uses (Dynamo's frontend writes `model`)."""
         wire = self.catalog.model_label
-        if wire == "model_name":
+        if wire == "model_name" and not self.model_map:
             return vector
-        return f'label_replace({vector}, "model_name", "$1", "{wire}", "(.*)")'
+        if wire != "model_name":
+            vector = f'label_replace({vector}, "model_name", "$1", "{wire}", "(.*)")'
+        for mine, pods in self.model_map:  # the layer's name of a model -> the pods' name of it
+            vector = f"label_replace({vector}, {q.quote('model_name')}, {q.quote(pods)}, {q.quote(wire)}, {q.quote(q.any_of((mine,)))})"
+        return vector
 
     def recorded_matchers(self, process: bool = False, models: bool = True) -> tuple[q.Matcher, ...]:
         """Matchers that pick this spec's series out of a recorded metric (`models`: as raw_matchers)."""

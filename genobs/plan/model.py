@@ -197,6 +197,7 @@ class Plan:
     alert_prefix: str = ""  # the engine profile's prefix of pod-level alert names (naming.alert)
     alert_renames: tuple[tuple[str, str], ...] = ()  # and its renamed first words (naming.alert)
     gateway: GatewayLayer | None = None  # spec `gateway:`; its raw names are also in raw_metrics
+    client: GatewayLayer | None = None  # spec `client:` (profile otel-genai); its raw names too
     global_slos: tuple[str, ...] = ()  # SLOs of `scope: global`: one over every cluster (tiers.py runs them global)
 
     @property

@@ -457,6 +457,8 @@ UNLABELLED_FINISHES = ("stop", "length")
 def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str, str], float]]:
     if key == "requests_finished":
         return [({}, sum(fleet.reasons().get(r, 0) for r in UNLABELLED_FINISHES))]
+    if key == "errors":  # operations an application saw fail besides the finished ones (error.type set)
+        return [({ctx.catalog.metric(key).labels[0]: "APITimeoutError"}, fleet.http_5xx)]
     if key == "requests_aborted":
         return [({}, fleet.reasons().get("abort", 0))]
     if key == "request_errors":  # the server's 5xx answers, per model (TensorRT-LLM)

@@ -228,6 +228,17 @@ def _success_fault(env: Env, fleet: Fleet, k: object) -> Fleet:
 _SUCCESS = Probe("group", success_value, _success_fault, lambda env, _: range(REQUESTS - 1, -1, -1))
 
 
+def _error_ratio_value(env: Env, fleet: Fleet, at: int) -> float:
+    """failed / all operations of an application (OpenTelemetry GenAI): one count told apart by
+    error.type, the fleet's finished requests without it, its failures with it."""
+    ok = env.finish_rate(fleet, env.all_reasons(), at)
+    failed = fleet_rate(fleet.http_5xx, 1, env.window, at)
+    return failed / (ok + failed)
+
+
+_ERROR_RATIO = Probe("group", _error_ratio_value, _success_fault, lambda env, _: range(REQUESTS - 1, -1, -1))
+
+
 def _speed_value(env: Env, fleet: Fleet, at: int) -> float:
     ctx = env.ctx
     if ctx.speed_from_tpot:  # 1 / mean TPOT
@@ -459,6 +470,7 @@ PROBES: dict[str, Probe] = {  # by alert key (signals.yaml)
     "LengthFinishRatioHigh": _finish_share("length"),
     "AbortRatioHigh": _finish_share("abort"),
     "SuccessRatioLow": _SUCCESS,
+    "ErrorRatioHigh": _ERROR_RATIO,
     "OutputSpeedPerUserLow": _SPEED,
     "SpecDecodeAcceptanceLow": _ACCEPTANCE,
     "KvCacheSaturated": _KV,
