@@ -26,6 +26,7 @@ from click.testing import CliRunner
 
 from genobs.build import render_spec
 from genobs.cli import main
+from genobs.units import prom_duration_seconds
 from tests.conftest import REPO
 from tests.e2e_support import PROMETHEUS, Prometheus, poll, rule_files_of, rules_of
 from tests.real_vllm_support import (
@@ -158,6 +159,17 @@ def stack(tmp_path_factory):
         if prom is not None:
             prom.stop()
         server.stop()
+
+
+def _keep_firing_for(stack: Stack, alert: str, severity: str) -> float:
+    """Seconds the generated rule of `alert` at `severity` keeps firing after its condition ends."""
+    for name, data in render_spec(stack.spec).files.items():
+        if name.startswith("prometheus/") and name.endswith(".rules.yaml"):
+            for group in yaml.safe_load(data)["groups"]:
+                for rule in group["rules"]:
+                    if rule.get("alert") == alert and rule.get("labels", {}).get("severity") == severity:
+                        return prom_duration_seconds(rule.get("keep_firing_for", "0s"))
+    raise AssertionError(f"no {severity} rule {alert} in the spec's rules")
 
 
 def _active(stack: Stack, since: float) -> list[str]:
@@ -319,9 +331,12 @@ def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
     """The engine core stops while it decodes eight long requests (their first tokens already out,
     none waiting): the hang warning goes pending once the rate window holds no progress: one window,
     not two. (The page of the last phase may still be firing: pages keep firing for a while.)"""
+    # the last phase's clients gave up within 5 s; their unfinished answers leave the rate window,
+    # then the warning keeps firing for its keep_firing_for (one missed scrape resolves nothing)
+    hold = _keep_firing_for(stack, "VllmEngineHung", "warning")
     poll(
         lambda: not stack.watcher.active(time.monotonic() - STEP) & {("VllmEngineHung", "warning", "pending"), ("VllmEngineHung", "warning", "firing")},
-        time.monotonic() + 60,
+        time.monotonic() + WINDOW + hold + 60,
         1.0,
         "the last hang's warning to resolve",
     )
