@@ -34,3 +34,29 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("real vLLM figures")
         for phase, what, value in figures:
             terminalreporter.write_line(f"{phase:>16}  {what}: {value}")
+
+
+# the files that run longest (real servers for minutes, the combination matrix), longest first: the
+# suite runs with `-n 3 --dist loadfile`, which hands files out in collection order, so these start
+# first instead of one of them starting as the other workers run out of files (measured on 2 cores:
+# the two vmalert files began in the last four minutes and ran alone for three)
+LONGEST_FIRST = (
+    "test_two_clusters_gateway.py",
+    "test_vmalert.py",
+    "test_combinations.py",
+    "test_e2e_engines.py",
+    "test_e2e.py",
+    "test_missed_scrape.py",
+    "test_two_clusters.py",
+    "test_readme_walkthrough.py",
+    "test_backtest.py",
+    "test_e2e_sglang_pd.py",
+    "test_e2e_dynamo.py",
+    "test_e2e_gateway.py",
+    "test_compare.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
