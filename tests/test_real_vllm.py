@@ -280,7 +280,10 @@ def test_client_timeouts_and_length_finishes_warn(stack: Stack) -> None:
     figure("client timeouts", "answered, never finished (req/s)", f"{unfinished or 0:.2f}")
     assert giving_up.stats["timeout"] >= 10, giving_up.stats
     active = _active(stack, since)
-    assert not [a for a in active if " critical " in a], f"a page for client timeouts: {active}"
+    # no page fires; a scrape the busy 2-core server answers after its 2 s timeout reads as the
+    # target down and sets the capacity page pending for an evaluation or two (its `for` holds it)
+    assert not [a for a in active if a.endswith(" critical firing")], f"a page for client timeouts: {active}"
+    figure("client timeouts", "pages pending (not firing)", [a for a in active if " critical " in a] or "none")
     assert length is not None, f"no length-finish warning: {active}"
     figure("client timeouts", "length-finish warning pending after (s)", length)
     assert abort is not None, f"no abort warning for client timeouts: {active}"
@@ -340,22 +343,30 @@ def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
         1.0,
         "the last hang's warning to resolve",
     )
-    _idle_for(stack, STEP)
-    stack.load(Client(stack.server.url, rate=40.0, max_tokens=480, min_tokens=470, timeout=300.0, limit=8))
-    poll(
-        lambda: sample(stack.server.metrics(), "vllm:num_requests_running") >= 8,
-        time.monotonic() + 30,
-        0.1,
-        "eight running requests",
-    )
-    time.sleep(0.2)  # their first tokens are out: no TTFT waits on the hang
     core = stack.server.engine_core()
-    os.kill(core, signal.SIGSTOP)
-    since = time.monotonic()
-    try:
+    # on an idle machine the tiny model decodes 480 tokens in about 3 s: the stop can come after the
+    # eight finished, which is an idle hang (the phase before), so the phase is tried again
+    for attempt in range(1, 4):
+        _idle_for(stack, STEP)
+        stack.load(Client(stack.server.url, rate=40.0, max_tokens=480, min_tokens=470, timeout=300.0, limit=8))
+        poll(
+            lambda: sample(stack.server.metrics(), "vllm:num_requests_running") >= 8,
+            time.monotonic() + 30,
+            0.05,
+            "eight running requests",
+        )
+        time.sleep(0.2)  # their first tokens are out: no TTFT waits on the hang
+        os.kill(core, signal.SIGSTOP)
+        since = time.monotonic()
         body = stack.server.metrics()
         held = sample(body, "vllm:num_requests_running") + sample(body, "vllm:num_requests_waiting")
-        warned = stack.watcher.wait("VllmEngineHung", ACTIVE, since, timeout=WINDOW + 45)
+        if held == 8 or attempt == 3:
+            break
+        os.kill(core, signal.SIGCONT)
+        stack.quiet(drain=30)
+    figure("held hang", "attempts until the stop held the eight requests", attempt)
+    try:
+        warned = stack.watcher.wait("VllmEngineHung", ACTIVE, since, timeout=WINDOW + 45) if held == 8 else None
     finally:
         os.kill(core, signal.SIGCONT)
         stack.quiet(drain=30)
