@@ -22,7 +22,8 @@ from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem
 from genobs.plan.alerts import Resolved, format_threshold, labels_template
 from genobs.plan.context import Context
-from genobs.plan.model import AlertRule, GatewayLayer, Panel, RecordingRule, Row, RunbookEntry, Severity, Target
+from genobs.plan.gateway import _matcher, runbook_entries
+from genobs.plan.model import AlertRule, GatewayLayer, Panel, RecordingRule, Row, RunbookEntry, Target
 from genobs.plan.recorder import Recorder
 from genobs.plan.recording import _histogram
 from genobs.units import parse_ratio, parse_seconds
@@ -253,41 +254,9 @@ def _confirm(
 def _runbook(
     cctx: Context, ctx: Context, gctx: Context | None, alerts: list[AlertRule], gw_names: dict[str, str]
 ) -> tuple[RunbookEntry, ...]:
-    data = client_data()["alerts"]
-    entries: dict[str, RunbookEntry] = {}
-    for a in alerts:
-        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}", a.for_)
-        if a.name in entries:
-            e = entries[a.name]
-            entries[a.name] = replace(e, severities=(*e.severities, sev), protects=e.protects or a.protects)
-            continue
-        d = data[a.name]
-        words = _words(cctx)
-        meaning = " ".join(d["meaning"].split()).format(**words)
-        caveat = cctx.catalog.caveat(a.signal)
-        if caveat is not None:
-            meaning += f" Approximation on {cctx.release}: {caveat}."
-        entries[a.name] = RunbookEntry(
-            alert=a.name,
-            anchor=naming.anchor(a.name),
-            signal=a.signal,
-            title=d["title"],
-            meaning=meaning,
-            first_action=" ".join(d["first_action"].split()).format(**words),
-            next_checks=tuple(check.format(**words) for check in d["next_checks"]),
-            severities=(sev,),
-            summary=a.summary,
-            query=a.query,
-            panel=a.panel,
-            expr=a.expr,
-            confirm=_confirm(cctx, ctx, gctx, gw_names, a.name),
-            protects=a.protects,
-        )
-    return tuple(entries.values())
-
-
-def _matcher(label: str, op: str, value: str) -> str:
-    return f"{label}{op}{q.quote(value)}"
+    return runbook_entries(
+        cctx, alerts, client_data()["alerts"], _words(cctx), lambda name: _confirm(cctx, ctx, gctx, gw_names, name)
+    )
 
 
 def _inhibit(

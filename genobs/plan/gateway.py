@@ -11,6 +11,7 @@ the gateway's release cannot observe stays where it was: the pod alert keeps pag
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from genobs import data as data_files
@@ -245,7 +246,27 @@ def _confirm(gctx: Context, ctx: Context, name: str) -> tuple[tuple[str, str], .
 
 
 def _runbook(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[RunbookEntry, ...]:
-    data = gateway_data()["alerts"]
+    return runbook_entries(
+        gctx,
+        alerts,
+        gateway_data()["alerts"],
+        _words(gctx),
+        lambda name: _confirm(gctx, ctx, name),
+        lambda check: "ready endpoints" not in check or gctx.has("pool_ready_endpoints"),
+    )
+
+
+def runbook_entries(
+    lctx: Context,
+    alerts: list[AlertRule],
+    data: dict,
+    words: dict[str, str],
+    confirm: Callable[[str], tuple[tuple[str, str], ...]],
+    keep_check: Callable[[str], bool] = lambda check: True,
+) -> tuple[RunbookEntry, ...]:
+    """One runbook entry per alert name of a layer in front of the pods (gateway, application),
+    its severities merged: texts from the layer's alert data with `words` filled in, the catalog's
+    caveat of the signal, the next checks `keep_check` keeps and the confirm queries of `confirm`."""
     entries: dict[str, RunbookEntry] = {}
     for a in alerts:
         sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}", a.for_)
@@ -254,11 +275,10 @@ def _runbook(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[Runb
             entries[a.name] = replace(e, severities=(*e.severities, sev), protects=e.protects or a.protects)
             continue
         d = data[a.name]
-        words = _words(gctx)
         meaning = " ".join(d["meaning"].split()).format(**words)
-        caveat = gctx.catalog.caveat(a.signal)
+        caveat = lctx.catalog.caveat(a.signal)
         if caveat is not None:
-            meaning += f" Approximation on {gctx.release}: {caveat}."
+            meaning += f" Approximation on {lctx.release}: {caveat}."
         entries[a.name] = RunbookEntry(
             alert=a.name,
             anchor=naming.anchor(a.name),
@@ -266,17 +286,13 @@ def _runbook(gctx: Context, ctx: Context, alerts: list[AlertRule]) -> tuple[Runb
             title=d["title"],
             meaning=meaning,
             first_action=" ".join(d["first_action"].split()).format(**words),
-            next_checks=tuple(
-                check.format(**words)
-                for check in d["next_checks"]
-                if "ready endpoints" not in check or gctx.has("pool_ready_endpoints")
-            ),
+            next_checks=tuple(check.format(**words) for check in d["next_checks"] if keep_check(check)),
             severities=(sev,),
             summary=a.summary,
             query=a.query,
             panel=a.panel,
             expr=a.expr,
-            confirm=_confirm(gctx, ctx, a.name),
+            confirm=confirm(a.name),
             protects=a.protects,
         )
     return tuple(entries.values())
