@@ -1101,12 +1101,15 @@ class GatewaySeries:
         self._add(f"{name}_count", labels, sum(n for n, _ in parts))
         self._add(f"{name}_sum", labels, sum(n * d.mean() for n, d in parts), False)
 
+    def _point(self, t: int) -> dict:
+        """The target's state and values at minute t."""
+        return self.gw.at(t, self.value)
+
     def build(self) -> list[Series]:
-        f, gw = self.f, self.gw
         up = self._s("up", self.base, True)
         was_up = False
-        for t in f.steps():
-            p = gw.at(t, self.value)
+        for t in self.f.steps():
+            p = self._point(t)
             if p["state"] == "down":
                 up.values.append(0.0)
                 for s in self.series.values():
@@ -1343,29 +1346,10 @@ class ClientSeries(GatewaySeries):
         )
         self.chunks = release >= (1, 41, 0)
 
-    def build(self) -> list[Series]:
-        f, cl = self.f, self.cl
-        up = self._s("up", self.base, True)
-        was_up = False
-        for t in f.steps():
-            p = cl.at(t)
-            if p["state"] == "down":
-                up.values.append(0.0)
-                for s in self.series.values():
-                    if s is not up:
-                        s.values.append("stale" if was_up else None)
-                was_up = False
-                continue
-            up.values.append(1.0)
-            known = set(self.series)
-            self._client_step(t, p, first=not was_up)
-            for k, s in self.series.items():
-                if k not in known and len(s.values) < len(up.values):
-                    s.values[:0] = [None] * (len(up.values) - len(s.values))
-            was_up = True
-        return list(self.series.values())
+    def _point(self, t: int) -> dict:
+        return self.cl.at(t)
 
-    def _client_step(self, t: int, p: dict, first: bool) -> None:
+    def _step(self, t: int, p: dict, first: bool) -> None:
         f = self.f
         dt = 0 if first else STEP
         share = 1 / self.cl.instances
