@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_specs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DEPS = "import click, pydantic, yaml, jinja2, grafanalib.core, promql_parser, prometheus_client"
+DEPS = "import click, pydantic, yaml, jinja2, grafanalib.core, promql_parser"  # what a build imports
 # name -> (SLOs, models)
 SCALE = {
     "100 SLOs": (100, 1),
@@ -31,6 +32,7 @@ TIMED_OUT = (float("inf"), float("inf"))
 # example specs of the other engines, each against the vLLM chat spec (target: at most 1.2x)
 ENGINE_SPECS = ("specs/sglang.yaml", "specs/sglang-pd.yaml", "specs/trtllm.yaml")
 ENGINE_TARGET = 1.2
+IMPORT_TARGET = 2.0  # a --no-check build of any example spec, over importing its dependencies (CPU)
 
 
 def _once(cmd: list[str], timeout: float | None) -> tuple[float, float, float]:
@@ -87,6 +89,44 @@ def measure(
     return measure_together([cmd], runs, timeout, warm_up)[0]
 
 
+# Stands in for promtool on PATH: runs the real one, then appends the CPU time (user, system)
+# of what it ran to $PROMTOOL_CPU_LOG (bash's `times`, run in this shell, not a pipeline's
+# subshell: its first line is the shell's own, its second the children's).
+_PROMTOOL_WRAPPER = """#!/bin/bash
+"{promtool}" "$@"
+rc=$?
+times >> "$PROMTOOL_CPU_LOG"
+exit $rc
+"""
+
+
+def _seconds(text: str) -> float:
+    """bash's `times` field, e.g. 1m2.500s."""
+    minutes, _, rest = text.partition("m")
+    return int(minutes) * 60 + float(rest.rstrip("s"))
+
+
+def promtool_cpu(cmd: list[str], tmp: Path) -> tuple[float, int]:
+    """(CPU seconds of every promtool `cmd` starts, number of promtool runs): `cmd` runs once
+    with a promtool on PATH that logs its own CPU time. What the checks cost at least: on C
+    cores, the checked build takes no less than that over C, however it shares the runs."""
+    real = shutil.which("promtool")
+    if real is None:
+        raise SystemExit("promtool is not on PATH")
+    folder = tmp / "promtool-wrapper"
+    folder.mkdir(exist_ok=True)
+    wrapper = folder / "promtool"
+    wrapper.write_text(_PROMTOOL_WRAPPER.format(promtool=real))
+    wrapper.chmod(0o755)
+    log = folder / "cpu.log"
+    log.write_text("")
+    env = {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}", "PROMTOOL_CPU_LOG": str(log)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    runs = [line.split() for line in log.read_text().splitlines()[1::2]]  # each run's second line
+    return sum(_seconds(user) + _seconds(system) for user, system in runs), len(runs)
+
+
 def _sizes(prom: Path) -> str:
     """Sizes of the rule files, of the generated unit tests, and of slo.rules.yaml alone."""
     mib = 2**20
@@ -97,15 +137,29 @@ def _sizes(prom: Path) -> str:
 
 
 def main() -> None:
+    global REPO
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5, help="runs per command; the best is reported")
     parser.add_argument("--scale", action="store_true", help="also the large specs (minutes; one run each)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds before a large-spec build is stopped")
     parser.add_argument("--slos-only", action="store_true", help="only the 100, 300 and 1000 SLO builds of --scale")
     parser.add_argument(
+        "--specs-only",
+        action="store_true",
+        help="only every example spec's --no-check build against the import floor, in turns",
+    )
+    parser.add_argument(
         "--engines-only", action="store_true", help="only the other engines' example specs against specs/chat.yaml"
     )
+    parser.add_argument(
+        "--repo",
+        type=Path,
+        default=REPO,
+        help="a checkout of genobs to measure (e.g. a git worktree of an earlier commit, for before figures); "
+        "its own specs/ and genobs package, this interpreter's dependencies",
+    )
     args = parser.parse_args()
+    REPO = args.repo.resolve()
     genobs = [sys.executable, "-m", "genobs"]
     rows: list[tuple[str, float, float, float, str]] = []
 
@@ -113,7 +167,19 @@ def main() -> None:
         return f"{a[0] / b[0]:.1f}x {what} (CPU {a[1] / b[1]:.1f}x)"
 
     with tempfile.TemporaryDirectory() as tmp:
-        if not args.slos_only:
+        if not (args.slos_only or args.engines_only):
+            # every example spec against the import floor (target: IMPORT_TARGET), all in turns
+            specs = sorted(str(p.relative_to(REPO)) for p in (REPO / "specs").glob("*.yaml"))
+            deps, *found = measure_together(
+                [[sys.executable, "-c", DEPS]] + [[*genobs, "build", "--no-check", s, "-o", tmp] for s in specs],
+                args.runs,
+            )
+            rows.append(("import of the runtime dependencies", *deps, "the floor of the rows below"))
+            for spec, one in zip(specs, found):
+                over = one[1] / deps[1]
+                verdict = "ok" if over <= IMPORT_TARGET else f"ABOVE the {IMPORT_TARGET:g}x target"
+                rows.append((f"build --no-check {spec}", *one, f"{ratio(one, deps, 'the import')}: {verdict}"))
+        if not (args.slos_only or args.specs_only):
             # an engine's spec builds as fast as the vLLM chat spec (within ENGINE_TARGET); in turns
             builds = [[*genobs, "build", "--no-check", s, "-o", tmp] for s in ("specs/chat.yaml", *ENGINE_SPECS)]
             chat, *others = measure_together(builds, args.runs)
@@ -122,7 +188,7 @@ def main() -> None:
                 over = found[1] / chat[1]
                 verdict = "ok" if over <= ENGINE_TARGET else f"ABOVE the {ENGINE_TARGET:g}x target"
                 rows.append((f"build --no-check {spec}", *found, f"{ratio(found, chat, 'chat.yaml')}: {verdict}"))
-        if not (args.slos_only or args.engines_only):
+        if not (args.slos_only or args.engines_only or args.specs_only):
             # each ratio's two commands run in turns (measure_together)
             deps, helped, one = measure_together(
                 [
@@ -150,6 +216,17 @@ def main() -> None:
             )
             rows.append(("genobs build --no-check specs/", *fast, ""))
             rows.append(("genobs build specs/ (promtool checks)", *checked, ratio(checked, fast, "--no-check")))
+            # the floor of that ratio: promtool's own CPU on what the check stage runs, over the cores
+            cpu, runs = promtool_cpu([*genobs, "build", "specs/", "-o", tmp], Path(tmp))
+            cores = os.cpu_count() or 1
+            floor = (cpu / cores, cpu, 0.0)
+            rows.append(
+                (
+                    f"promtool alone, {runs} runs, over {cores} cores",
+                    *floor,
+                    f"{cpu / cores / fast[0]:.1f}x --no-check: the checks' floor (wall = its CPU / cores)",
+                )
+            )
         if args.scale or args.slos_only:
             folder = Path(tmp) / "scale"
             folder.mkdir()
