@@ -51,6 +51,7 @@ LONGEST_FIRST = (
     "test_two_clusters.py",
     "test_readme_walkthrough.py",
     "test_backtest.py",
+    "test_e2e_client.py",
     "test_e2e_sglang_pd.py",
     "test_e2e_dynamo.py",
     "test_e2e_gateway.py",
