@@ -59,6 +59,20 @@ LONGEST_FIRST = (
 )
 
 
+# tests that are `slow` (skipped by the quick loop, `-m 'not slow'`) for what they share rather than
+# for what they are: each one here starts a real Prometheus over days of backfilled history in a
+# module fixture (40 s to two minutes on 2 cores before its first test runs)
+SLOW_FIXTURES = {("test_backtest.py", "history"), ("test_compare.py", "live")}
+# the combination matrix takes about twelve minutes of a core; the quick loop keeps one combination
+QUICK_COMBINATION = "test_combination[vllm-one-cluster]"
+
+
 def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if any((item.path.name, f) in SLOW_FIXTURES for f in fixtures) or (
+            getattr(item, "originalname", None) == "test_combination" and item.name != QUICK_COMBINATION
+        ):
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
