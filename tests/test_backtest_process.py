@@ -26,6 +26,8 @@ from genobs.backtest.labels import Folding
 from genobs.backtest.rules import Rule, load_rules
 from genobs.backtest.tsdb import PrivatePrometheus, backfill_levels
 
+pytestmark = pytest.mark.slow  # each test starts a real private Prometheus (one, hundreds of ranks)
+
 FIXTURES = Path(__file__).parent / "fixtures" / "backtest"
 CHAT = FIXTURES / "chat.yaml"  # a 3-day warm-up: the private Prometheus runs for a while
 LATENCY = FIXTURES / "latency.yaml"

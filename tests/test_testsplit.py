@@ -38,7 +38,11 @@ def _assertions(doc: dict) -> list[tuple]:
     )
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+# every example but chat is slow: the quick loop's checked build of specs/ (tests/test_build.py)
+# runs the same split groups
+@pytest.mark.parametrize(
+    "spec", [pytest.param(p, marks=() if p.stem == "chat" else pytest.mark.slow) for p in SPECS], ids=[p.stem for p in SPECS]
+)
 def test_split_groups_assert_everything_over_fewer_rules_and_pass(spec: Path, tmp_path: Path, promtool: str):
     target = _write(render_spec(spec), tmp_path)
     prometheus = target / "prometheus"

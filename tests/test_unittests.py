@@ -132,7 +132,14 @@ def firing(files) -> set[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("spec", [*SPECS, *VARIANTS], ids=[*SPEC_IDS, *VARIANTS])
+# the example specs' whole test files as users run them: slow (the quick loop's checked build of
+# specs/, tests/test_build.py, runs the same groups over the rules each reads); the variants are
+# built nowhere else
+@pytest.mark.parametrize(
+    "spec",
+    [*(pytest.param(p, marks=pytest.mark.slow) for p in SPECS), *VARIANTS],
+    ids=[*SPEC_IDS, *VARIANTS],
+)
 def test_promtool_passes_the_generated_tests(spec, tmp_path: Path, promtool: str):
     plan, files, _ = generated(spec)
     prom = write_output(plan, files, tmp_path)

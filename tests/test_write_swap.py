@@ -101,6 +101,7 @@ def test_reader_never_sees_the_folder_missing_during_builds(tmp_path: Path):
     assert missed == 0 and seen > 100, (seen, missed)
 
 
+@pytest.mark.slow  # kills builds at many points of their write phase (about 45 s on 2 cores)
 def test_kill_9_during_the_write_phase_leaves_a_whole_folder_and_the_next_build_cleans_up(tmp_path: Path):
     out = tmp_path / "out"
     assert build(str(SPEC), "-o", str(out), "--no-check").returncode == 0
