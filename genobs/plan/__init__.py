@@ -483,9 +483,11 @@ def assemble(doc: SpecDocument) -> Assembly:
     tested_client = None
     if cl is not None:  # the application's group reads its own series only: tested on its own
         cl_rules = links.with_dashboard_urls(cl.rules, grafana, dashboard)
-        cl_groups = pages.with_hold(
-            (RuleGroup(naming.group(spec.name, "client"), spec.evaluation_interval, cl_rules),), keep, other
-        )
+        cl_groups = (RuleGroup(naming.group(spec.name, "client"), spec.evaluation_interval, cl_rules),)
+        if cl.long_rules:  # the token-usage baseline reads a day of samples: evaluated less often
+            interval = slo.long_interval(spec.evaluation_interval)
+            cl_groups += (RuleGroup(naming.group(spec.name, "client-long"), interval, cl.long_rules),)
+        cl_groups = pages.with_hold(cl_groups, keep, other)
         groups += cl_groups
         tested_client = (cl.ctx, client.recorder(cl), cl_groups)
     cap_group = None

@@ -269,7 +269,7 @@ def runbook_entries(
     caveat of the signal, the next checks `keep_check` keeps and the confirm queries of `confirm`."""
     entries: dict[str, RunbookEntry] = {}
     for a in alerts:
-        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}", a.for_)
+        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
         if a.name in entries:
             e = entries[a.name]
             entries[a.name] = replace(e, severities=(*e.severities, sev), protects=e.protects or a.protects)
