@@ -343,6 +343,12 @@ class SLO(_Model):
         description="With service.cluster_label: cluster (default) keeps one SLO per cluster; global is one SLO "
         "over every cluster's requests (its series and alerts carry no cluster label).",
     )
+    read_at: Literal["client", "gateway", "pods"] | None = Field(
+        None,
+        description="Where the SLI is read: client (the application's OpenTelemetry GenAI metrics, spec client: "
+        "block; ttft from conventions 1.41.0, success and e2e), gateway or pods. Default: the gateway where it "
+        "observes the SLI, else the pods.",
+    )
     burn_rates: list[BurnRate] | None = Field(
         None,
         description="Replaces the SRE-workbook burn-rate table "

@@ -491,3 +491,99 @@ def test_scenario_fleet_replays_the_real_bodys_token_usage(release: str):
     ops = real_operations()
     assert found[("input", "count")] == found[("output", "count")] == len(ops)
     assert found[("input", "sum")] == sum(i for i, _ in ops) and found[("output", "sum")] == sum(o for _, o in ops)
+
+
+# --- SLOs read at the client ---------------------------------------------------------------------
+
+
+def _client_slos(data: dict) -> dict:
+    data["slos"] = [
+        {"name": "first-token", "sli": "ttft", "threshold": "1.28s", "objective": "99%", "read_at": "client"},
+        {"name": "availability", "sli": "success", "objective": "99.5%", "read_at": "client"},
+        {"name": "gateway-availability", "sli": "success", "objective": "99.5%"},
+        {"name": "token-pace", "sli": "itl", "threshold": "100ms", "objective": "99%"},
+    ]
+    return data
+
+
+def test_slos_read_at_the_client_burn_on_the_applications_series():
+    plan = _plan(_client_slos(_data()))
+    groups = {g.name: g for g in plan.groups}
+    assert {"genobs-app-otel-client-slo", "genobs-app-otel-client-slo-long"} <= set(groups)
+    events = {
+        dict(r.labels)["slo"]: r.expr
+        for r in groups["genobs-app-otel-client-slo"].rules
+        if getattr(r, "record", "") == "genobs:slo_events:rate5m"
+    }
+    assert set(events) == {"first-token", "availability"}
+    assert "genobs:client_ttft_seconds:bucket_rate5m" in events["first-token"] and 'le=~"1\\\\.280*"' in events["first-token"]
+    assert "genobs:client_request_errors:rate5m" in events["availability"]
+    # the application's model marker: its operation count (it has no running gauge), labelled layer=client
+    (marker,) = [r for r in groups["genobs-app-otel-client-slo"].rules if getattr(r, "record", "") == "genobs:slo_models:info"]
+    assert "gen_ai_client_operation_duration_seconds_count" in marker.expr and ("layer", "client") in marker.labels
+    burns = [a for a in plan.alerts if dict(a.labels).get("slo") in ("first-token", "availability")]
+    assert burns and all(("layer", "client") in a.labels for a in burns)
+    at_gateway = [a for a in plan.alerts if dict(a.labels).get("slo") == "gateway-availability"]
+    assert at_gateway and not any(dict(a.labels).get("layer") for a in at_gateway)
+    assert any("SLO first-token (ttft) is read at the client (OpenTelemetry GenAI client 1.41.0): set by read_at" == line for line in plan.slo_layers)
+    assert any(line.startswith("SLO gateway-availability (success) is read at the gateway") for line in plan.slo_layers)
+    assert any(line.startswith("SLO token-pace (itl) is read at the pods") for line in plan.slo_layers)
+    # dashboard rows and runbook sections as every SLO's
+    titles = [row.title for row in plan.dashboard.rows]
+    assert any("first-token" in t for t in titles)
+    assert {"SloFirstTokenErrorBudgetBurnFast", "SloAvailabilityErrorBudgetBurnSlow"} <= {e["alert"] for e in plan.slo_runbook}
+
+
+def test_client_burns_silence_the_gateway_and_the_pods_of_their_signal():
+    plan = _plan(_client_slos(_data()))
+
+    def targets(source: str, job: str) -> list[str]:
+        return [
+            m
+            for r in plan.inhibit_rules
+            if r["source_matchers"][0] == f'alertname=~"{source}"' and f'job="{job}"' in r["target_matchers"]
+            for m in r["target_matchers"]
+            if m.startswith("alertname")
+        ]
+
+    assert targets("SloAvailabilityErrorBudgetBurnFast", "llm-d-epp") == [
+        'alertname=~"GatewaySuccessRatioLow|SloGatewayAvailabilityErrorBudgetBurnFast|SloGatewayAvailabilityErrorBudgetBurnSlow"'
+    ]
+    assert targets("SloAvailabilityErrorBudgetBurnFast", "vllm-pool") == ['alertname=~"VllmSuccessRatioLow"']
+    assert targets("SloFirstTokenErrorBudgetBurnFast", "chat-frontend") == ['alertname=~"ClientTtftP99High"']
+    slow = [r for r in plan.inhibit_rules if r["source_matchers"][0] == 'alertname=~"SloFirstTokenErrorBudgetBurnSlow"']
+    assert slow and all('severity=~"warning|info"' in r["target_matchers"] for r in slow)
+
+
+def test_generated_tests_fire_the_client_slos_burns():
+    plan = _plan(_client_slos(_data()))
+    fired = {
+        (case["alertname"], alert["exp_labels"]["severity"], alert["exp_labels"].get("layer"))
+        for _, doc in plan.unit_tests
+        for test in doc["tests"]
+        for case in test.get("alert_rule_test", [])
+        for alert in case["exp_alerts"]
+    }
+    for name in ("SloFirstToken", "SloAvailability"):
+        assert (f"{name}ErrorBudgetBurnFast", "critical", "client") in fired
+        assert (f"{name}ErrorBudgetBurnSlow", "warning", "client") in fired
+    assert not [w for w in plan.warnings if "no scenario" in w]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (lambda d: d.pop("client"), "slos[0].read_at", "client: the spec has no client: block"),
+        (lambda d: d.pop("gateway"), "slos[2].read_at", "gateway: the spec has no gateway: block"),
+        (lambda d: d["client"].update(conventions="1.37.0"), "slos[0].read_at", "cannot be read at the client"),
+        (lambda d: d["slos"][3].update(read_at="client"), "slos[3].read_at", "only success, ttft, e2e SLOs"),
+        (lambda d: d["slos"][0].update(threshold="1s"), "slos[0].threshold", "nearest boundaries: 320ms, 640ms, 1.28s, 2.56s"),
+        (lambda d: d["slos"][0].update(read_at="everywhere"), "slos[0].read_at", "client"),
+    ],
+)
+def test_bad_read_at_names_the_field(change, field: str, words: str):
+    data = _client_slos(_data())
+    data["slos"][2]["read_at"] = "gateway"
+    change(data)
+    found = _errors(data)
+    assert any(f" {field}: " in p and words in p for p in found), found
