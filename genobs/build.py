@@ -117,7 +117,7 @@ def render_plan(doc, plan, path: Path, kubernetes: bool | None = None, tier: str
 
             for rel, data in autoscaling_files(doc.spec, lambda d: dump_yaml(d, plan.name)).items():
                 files[f"kubernetes/{rel}"] = data
-    return Output(plan.name, str(path), files, plan.warnings, plan.capabilities, documents)
+    return Output(plan.name, str(path), files, plan.warnings, plan.capabilities + plan.slo_layers, documents)
 
 
 def render_all(

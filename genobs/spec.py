@@ -168,6 +168,39 @@ class ClientLevels(_Model):
     for_: PendingDuration | None = Field(None, alias="for", description="Pending duration, e.g. 10m; 0s to 1h.")
 
 
+class ClientTokenUsage(_Model):
+    up: float | None = Field(
+        2.0,
+        strict=True,
+        allow_inf_nan=False,
+        description="Warn when the last hour's mean tokens per operation (input or output) is more than this "
+        "multiple of the mean over the day before it, e.g. 2 (a prompt or retrieval change doubling the input); "
+        "null drops the upward warning.",
+    )
+    down: float | None = Field(
+        0.5,
+        strict=True,
+        allow_inf_nan=False,
+        description="Warn when it is less than this multiple of the day before, e.g. 0.5 (answers truncated, "
+        "context dropped); null drops the downward warning.",
+    )
+    for_: PendingDuration | None = Field(None, alias="for", description="Pending duration, e.g. 15m; 0s to 1h.")
+
+    @field_validator("up")
+    @classmethod
+    def _up(cls, v: float | None) -> float | None:
+        if v is not None and not 1 < v <= 1000:
+            raise ValueError(f"{v:g} is not a factor above 1 (e.g. 2: more than twice the day before)")
+        return v
+
+    @field_validator("down")
+    @classmethod
+    def _down(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v < 1:
+            raise ValueError(f"{v:g} is not a factor between 0 and 1 (e.g. 0.5: less than half the day before)")
+        return v
+
+
 class ClientAlerts(_Model):
     ttft: ClientLevels | None = Field(
         None,
@@ -178,6 +211,11 @@ class ClientAlerts(_Model):
         None,
         description="Share of the application's operations that failed (error.type set), e.g. {warning: 1%, "
         "critical: 5%}. Default: 1 - the spec's success levels (alerts.success and the preset).",
+    )
+    token_usage: ClientTokenUsage | None = Field(
+        default_factory=ClientTokenUsage,
+        description="Warning on a shift of the tokens per operation (input and output each): the last hour's mean "
+        "against the mean of the day before it, e.g. {up: 2, down: 0.5, for: 15m}; null drops the warning.",
     )
 
 
@@ -304,6 +342,12 @@ class SLO(_Model):
         "cluster",
         description="With service.cluster_label: cluster (default) keeps one SLO per cluster; global is one SLO "
         "over every cluster's requests (its series and alerts carry no cluster label).",
+    )
+    read_at: Literal["client", "gateway", "pods"] | None = Field(
+        None,
+        description="Where the SLI is read: client (the application's OpenTelemetry GenAI metrics, spec client: "
+        "block; ttft from conventions 1.41.0, success and e2e), gateway or pods. Default: the gateway where it "
+        "observes the SLI, else the pods.",
     )
     burn_rates: list[BurnRate] | None = Field(
         None,

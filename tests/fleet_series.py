@@ -1281,7 +1281,54 @@ CLIENT_DEFAULTS: dict[str, Any] = {
     "error_type": "APITimeoutError",  # error.type of those failures (the OpenAI client's class name)
     "timeout": 10.0,  # seconds a failed operation took (its duration observation)
     "streaming": 1.0,  # share of streaming calls (only they observe time to first chunk)
+    # tokens per operation: the replicas' prompt and output lengths, or "real": the operations of
+    # the real bodies (real_token_mix), each hour of the day another 16 of them in recorded order
+    "token_mix": None,
+    "input_scale": 1.0,  # multiplies the input tokens per operation (a prompt or retrieval change)
+    "output_scale": 1.0,  # multiplies the output tokens per operation (answers cut short)
 }
+
+
+def real_operations() -> list[tuple[int, int]]:
+    """(input, output tokens) of each successful operation tests/fixtures/otel_genai/*/client.txt
+    recorded, as make_bodies.py draws them (random.Random(33), the same draws in the same order,
+    without the OpenTelemetry SDK; tests/test_client.py holds their totals to the bodies')."""
+    import random
+
+    rng = random.Random(33)
+    ok: list[tuple[int, int]] = []
+    for _ in range(400):  # make_bodies.OPERATIONS
+        draw, failed = rng.random(), False
+        for share in (0.02, 0.01):  # make_bodies.FAILURES: timeouts, server errors
+            if draw < share:
+                failed = True
+                break
+            draw -= share
+        rng.uniform(0.005, 0.03), rng.uniform(0.08, 0.6), rng.uniform(0.012, 0.03)  # network, TTFT, TPOT
+        chunks = rng.randint(40, 400)
+        tokens = rng.randint(200, 3000)
+        for _ in range(chunks - 1):
+            rng.uniform(0.7, 1.3)  # chunk times
+        if not failed:
+            ok.append((tokens, chunks))
+    return ok
+
+
+def real_token_mix(hours: int = 24) -> list[tuple[Dist, Dist]]:
+    """The real operations (real_operations) in `hours` consecutive slices: one distribution of
+    input and one of output tokens per slice, through the slice's own values."""
+    ok = real_operations()
+    size = len(ok) // hours
+    out = []
+    for h in range(hours):
+        part = ok[h * size : (h + 1) * size]
+        out.append(tuple(_empirical([op[k] for op in part]) for k in (0, 1)))
+    return out  # type: ignore[return-value]
+
+
+def _empirical(values: list[int]) -> Dist:
+    ordered = sorted(values)
+    return Dist(tuple((float(v), i / (len(ordered) - 1)) for i, v in enumerate(ordered)))
 
 
 class ClientModel:
@@ -1345,6 +1392,7 @@ class ClientSeries(GatewaySeries):
             *scope,
         )
         self.chunks = release >= (1, 41, 0)
+        self.mix = real_token_mix() if any(p.get("token_mix") for p in (cl.traffic, *(e[3] for e in cl.events))) else []
 
     def _point(self, t: int) -> dict:
         return self.cl.at(t)
@@ -1374,8 +1422,12 @@ class ClientSeries(GatewaySeries):
             ttft_parts.append((n * float(p["streaming"]), ttft.shifted(in_front)))
             e2e_parts.append((n, e2e.shifted(in_front)))
             chunk_parts.append((n * float(p["streaming"]) * max(out_d.mean() - 1, 0.0), tpot))
-            prompt_parts.append((n, Dist.of(rp["prompt_tokens"])))
-            output_parts.append((n, out_d))
+            if p["token_mix"] == "real":
+                prompt, output = self.mix[(t // 3600) % len(self.mix)]
+            else:
+                prompt, output = Dist.of(rp["prompt_tokens"]), out_d
+            prompt_parts.append((n, prompt.scaled(float(p["input_scale"]))))
+            output_parts.append((n, output.scaled(float(p["output_scale"]))))
         ok = (*self.base, *self.common, ("gen_ai_response_model", self.cl.response_model))
         # the servers' error answers reach the application as errors too (InternalServerError)
         server_errors = served * float(gw.get("errors", 0.0))

@@ -66,6 +66,11 @@ def test_client_selector_without_job_is_a_located_error(tmp_path: Path):
         (lambda c: c["alerts"]["error_ratio"].update(critical="150%"), "client.alerts.error_ratio.critical", "out of range"),
         (lambda c: c.update(selector={"namespace": "llm-prod", "job": "vllm-pool"}), "client.selector", "own job"),
         (lambda c: c.update(selektor={}), "client.selektor", "selector"),
+        (lambda c: c["alerts"].update(token_usage={"up": 0.8}), "client.alerts.token_usage.up", "not a factor above 1"),
+        (lambda c: c["alerts"].update(token_usage={"down": 1.5}), "client.alerts.token_usage.down", "between 0 and 1"),
+        (lambda c: c["alerts"].update(token_usage={"up": "2x"}), "client.alerts.token_usage.up", "number"),
+        (lambda c: c["alerts"].update(token_usage={"for": "2h"}), "client.alerts.token_usage.for", "1h"),
+        (lambda c: c["alerts"].update(token_usage={"factor": 2}), "client.alerts.token_usage.factor", "unknown key"),
     ],
 )
 def test_bad_client_input_names_the_field(change, field: str, words: str):
@@ -124,6 +129,7 @@ def test_client_alerts_levels_and_layer():
         ("ClientTtftP99High", "warning", 1.28),
         ("ClientErrorRatioHigh", "critical", 0.05),
         ("ClientErrorRatioHigh", "warning", 0.01),
+        ("ClientTokenUsageShift", "warning", None),
     }
     assert all(("layer", "client") in a.labels and ("team", "inference-platform") in a.labels for a in alerts)
     assert all(a.protects for a in alerts if a.severity == "critical")
@@ -148,7 +154,7 @@ def test_conventions_before_first_chunk_have_no_ttft_alert_and_say_so(tmp_path: 
     data["client"]["conventions"] = "1.37.0"
     plan = _plan(data)
     names = {r.name for r in _client_rules(plan) if hasattr(r, "severity")}
-    assert names == {"ClientErrorRatioHigh"}
+    assert names == {"ClientErrorRatioHigh", "ClientTokenUsageShift"}
     assert any("ClientTtftP99High (ttft) is not observable on" in line for line in plan.capabilities)
 
 
@@ -204,7 +210,7 @@ def test_generated_tests_fire_every_client_alert():
         ("ClientErrorRatioHigh", "critical"),
         ("ClientErrorRatioHigh", "warning"),
     }
-    assert "client-healthy.test.yaml" in files
+    assert "client-healthy.test.yaml" in files and "client-token-shift.test.yaml" in files
     assert not [w for w in plan.warnings if "Client" in w]
 
 
@@ -377,7 +383,11 @@ def test_init_writes_a_client_block_that_builds(tmp_path: Path) -> None:
     assert data["client"]["selector"] == {"namespace": "chat-app", "job": "chat-frontend"}
     assert data["client"]["conventions"] == "1.41.0"
     plan = load_plan(target)[1]
-    assert {a.name for a in plan.alerts if ("layer", "client") in a.labels} == {"ClientTtftP99High", "ClientErrorRatioHigh"}
+    assert {a.name for a in plan.alerts if ("layer", "client") in a.labels} == {
+        "ClientTtftP99High",
+        "ClientErrorRatioHigh",
+        "ClientTokenUsageShift",
+    }
     built = CliRunner().invoke(main, ["build", "-o", str(tmp_path / "out"), str(target)])  # promtool checks included
     assert built.exit_code == 0, built.output
 
@@ -394,3 +404,186 @@ def test_init_writes_a_client_block_that_builds(tmp_path: Path) -> None:
 def test_init_client_options_say_what_is_wrong(flags: list[str], words: str) -> None:
     result = CliRunner().invoke(main, ["init", "--use-case", "chat", "--model", "m1", *flags])
     assert result.exit_code == 2 and words in result.output, result.output
+
+
+# --- the token-usage shift ---------------------------------------------------------------------
+
+
+def _shift(plan):
+    return next(a for a in plan.alerts if a.name == "ClientTokenUsageShift")
+
+
+def test_token_usage_shift_compares_the_last_hour_with_the_day_before():
+    """Per model and token type, traffic-weighted: the sums of the recorded 5m token and operation
+    rates; the baseline (the day ending where the hour starts) in the slower companion group, only
+    once the day's first hour was recorded; a warning, with a traffic guard."""
+    plan = _plan(_data())
+    groups = {g.name: g for g in plan.groups}
+    client, slow = groups["genobs-app-otel-client"], groups["genobs-app-otel-client-long"]
+    assert slow.interval == "2m" and client.interval == "30s"
+    records = {(r.record, dict(r.labels).get("token_type")): r.expr for r in client.rules if hasattr(r, "record")}
+    ops = records[("genobs:client_token_operations:rate5m", "input")]
+    assert "gen_ai_client_token_usage_count" in ops and 'gen_ai_token_type="input"' in ops
+    mean = records[("genobs:client_tokens_per_operation:mean_rate1h", "output")]
+    assert mean.startswith("sum_over_time(genobs:client_generation_tokens:rate5m{")
+    assert '[1h]) / on (model_name, namespace, job) (sum_over_time(genobs:client_token_operations:rate5m{' in mean
+    (baseline,) = {r.expr for r in slow.rules if dict(r.labels).get("token_type") == "input"}
+    assert "[1d] offset 1h)" in baseline
+    assert baseline.endswith('token_type="input"}[1h] offset 1d)') and "present_over_time(" in baseline
+    alert = _shift(plan)
+    assert (alert.severity, alert.for_, alert.protects) == ("warning", "15m", "")
+    assert ("layer", "client") in alert.labels and ("signal", "token_usage") in alert.labels
+    assert " > 2 or " in alert.expr and " < 0.5)" in alert.expr
+    assert "and on (model_name, namespace, job, token_type) avg_over_time(" in alert.expr and alert.expr.endswith(">= 0.05")
+    # it silences nothing, and nothing of the client's silences it
+    assert not [r for r in plan.inhibit_rules if "ClientTokenUsageShift" in " ".join(r["source_matchers"] + r["target_matchers"])]
+
+
+def test_token_usage_shift_factors_and_for_come_from_the_spec():
+    data = _data()
+    data["client"]["alerts"]["token_usage"] = {"up": 1.5, "down": None, "for": "30m"}
+    alert = _shift(_plan(data))
+    assert alert.for_ == "30m" and " > 1.5 " in alert.expr and "<" not in alert.expr.split(" and ")[0]
+    data["client"]["alerts"]["token_usage"] = None
+    assert not [a for a in _plan(data).alerts if a.name == "ClientTokenUsageShift"]
+    data["client"]["alerts"]["token_usage"] = {"up": None, "down": None}
+    assert not [a for a in _plan(data).alerts if a.name == "ClientTokenUsageShift"]
+
+
+def test_token_usage_shift_has_its_panel_runbook_entry_and_firing_case():
+    plan = _plan(_data())
+    (row,) = [row for row in plan.dashboard.rows if row.title == "Application (OpenTelemetry GenAI)"]
+    panel = next(p for p in row.panels if p.title == "Client tokens per operation")
+    assert {t.expr.split("{")[0] for t in panel.targets} == {
+        "genobs:client_tokens_per_operation:mean_rate1h",
+        "genobs:client_tokens_per_operation:mean_rate1d_offset1h",
+    }
+    entry = next(e for e in plan.runbook if e.alert == "ClientTokenUsageShift")
+    assert entry.first_action.startswith("Now: if a release of the application, its prompt template or its retrieval")
+    assert [s.threshold_text for s in entry.severities] == ["< 0.5x or > 2x the day before"]
+    assert any("pods' input tokens per request" in what and "vllm:request_prompt_tokens_sum" in query for what, query in entry.confirm)
+    shift = dict(plan.unit_tests)["client-token-shift.test.yaml"]
+    assert shift["group_eval_order"] == ["genobs-app-otel-client", "genobs-app-otel-client-long"]
+    fired = {
+        alert["exp_labels"]["token_type"]
+        for test in shift["tests"]
+        for case in test["alert_rule_test"]
+        for alert in case["exp_alerts"]
+    }
+    assert fired == {"input", "output"}
+
+
+@pytest.mark.parametrize("release", ["1.36.0", "1.41.1", "1.44.0"])
+def test_scenario_fleet_replays_the_real_bodys_token_usage(release: str):
+    """The token mix of tests/scenarios/client_token_usage_shift_warns.yaml: the operations
+    make_bodies.py recorded, replayed without the SDK, add up to the body's token-usage sums."""
+    import re
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from fleet_series import real_operations
+
+    body = (REPO / "tests" / "fixtures" / "otel_genai" / release / "client.txt").read_text()
+    found = {
+        (kind, suffix): float(value)
+        for suffix, kind, value in re.findall(r'gen_ai_client_token_usage_(sum|count)\{[^}]*gen_ai_token_type="(\w+)"[^}]*\} (\S+)', body)
+    }
+    ops = real_operations()
+    assert found[("input", "count")] == found[("output", "count")] == len(ops)
+    assert found[("input", "sum")] == sum(i for i, _ in ops) and found[("output", "sum")] == sum(o for _, o in ops)
+
+
+# --- SLOs read at the client ---------------------------------------------------------------------
+
+
+def _client_slos(data: dict) -> dict:
+    data["slos"] = [
+        {"name": "first-token", "sli": "ttft", "threshold": "1.28s", "objective": "99%", "read_at": "client"},
+        {"name": "availability", "sli": "success", "objective": "99.5%", "read_at": "client"},
+        {"name": "gateway-availability", "sli": "success", "objective": "99.5%"},
+        {"name": "token-pace", "sli": "itl", "threshold": "100ms", "objective": "99%"},
+    ]
+    return data
+
+
+def test_slos_read_at_the_client_burn_on_the_applications_series():
+    plan = _plan(_client_slos(_data()))
+    groups = {g.name: g for g in plan.groups}
+    assert {"genobs-app-otel-client-slo", "genobs-app-otel-client-slo-long"} <= set(groups)
+    events = {
+        dict(r.labels)["slo"]: r.expr
+        for r in groups["genobs-app-otel-client-slo"].rules
+        if getattr(r, "record", "") == "genobs:slo_events:rate5m"
+    }
+    assert set(events) == {"first-token", "availability"}
+    assert "genobs:client_ttft_seconds:bucket_rate5m" in events["first-token"] and 'le=~"1\\\\.280*"' in events["first-token"]
+    assert "genobs:client_request_errors:rate5m" in events["availability"]
+    # the application's model marker: its operation count (it has no running gauge), labelled layer=client
+    (marker,) = [r for r in groups["genobs-app-otel-client-slo"].rules if getattr(r, "record", "") == "genobs:slo_models:info"]
+    assert "gen_ai_client_operation_duration_seconds_count" in marker.expr and ("layer", "client") in marker.labels
+    burns = [a for a in plan.alerts if dict(a.labels).get("slo") in ("first-token", "availability")]
+    assert burns and all(("layer", "client") in a.labels for a in burns)
+    at_gateway = [a for a in plan.alerts if dict(a.labels).get("slo") == "gateway-availability"]
+    assert at_gateway and not any(dict(a.labels).get("layer") for a in at_gateway)
+    assert any("SLO first-token (ttft) is read at the client (OpenTelemetry GenAI client 1.41.0): set by read_at" == line for line in plan.slo_layers)
+    assert any(line.startswith("SLO gateway-availability (success) is read at the gateway") for line in plan.slo_layers)
+    assert any(line.startswith("SLO token-pace (itl) is read at the pods") for line in plan.slo_layers)
+    # dashboard rows and runbook sections as every SLO's
+    titles = [row.title for row in plan.dashboard.rows]
+    assert any("first-token" in t for t in titles)
+    assert {"SloFirstTokenErrorBudgetBurnFast", "SloAvailabilityErrorBudgetBurnSlow"} <= {e["alert"] for e in plan.slo_runbook}
+
+
+def test_client_burns_silence_the_gateway_and_the_pods_of_their_signal():
+    plan = _plan(_client_slos(_data()))
+
+    def targets(source: str, job: str) -> list[str]:
+        return [
+            m
+            for r in plan.inhibit_rules
+            if r["source_matchers"][0] == f'alertname=~"{source}"' and f'job="{job}"' in r["target_matchers"]
+            for m in r["target_matchers"]
+            if m.startswith("alertname")
+        ]
+
+    assert targets("SloAvailabilityErrorBudgetBurnFast", "llm-d-epp") == [
+        'alertname=~"GatewaySuccessRatioLow|SloGatewayAvailabilityErrorBudgetBurnFast|SloGatewayAvailabilityErrorBudgetBurnSlow"'
+    ]
+    assert targets("SloAvailabilityErrorBudgetBurnFast", "vllm-pool") == ['alertname=~"VllmSuccessRatioLow"']
+    assert targets("SloFirstTokenErrorBudgetBurnFast", "chat-frontend") == ['alertname=~"ClientTtftP99High"']
+    slow = [r for r in plan.inhibit_rules if r["source_matchers"][0] == 'alertname=~"SloFirstTokenErrorBudgetBurnSlow"']
+    assert slow and all('severity=~"warning|info"' in r["target_matchers"] for r in slow)
+
+
+def test_generated_tests_fire_the_client_slos_burns():
+    plan = _plan(_client_slos(_data()))
+    fired = {
+        (case["alertname"], alert["exp_labels"]["severity"], alert["exp_labels"].get("layer"))
+        for _, doc in plan.unit_tests
+        for test in doc["tests"]
+        for case in test.get("alert_rule_test", [])
+        for alert in case["exp_alerts"]
+    }
+    for name in ("SloFirstToken", "SloAvailability"):
+        assert (f"{name}ErrorBudgetBurnFast", "critical", "client") in fired
+        assert (f"{name}ErrorBudgetBurnSlow", "warning", "client") in fired
+    assert not [w for w in plan.warnings if "no scenario" in w]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (lambda d: d.pop("client"), "slos[0].read_at", "client: the spec has no client: block"),
+        (lambda d: d.pop("gateway"), "slos[2].read_at", "gateway: the spec has no gateway: block"),
+        (lambda d: d["client"].update(conventions="1.37.0"), "slos[0].read_at", "cannot be read at the client"),
+        (lambda d: d["slos"][3].update(read_at="client"), "slos[3].read_at", "only success, ttft, e2e SLOs"),
+        (lambda d: d["slos"][0].update(threshold="1s"), "slos[0].threshold", "nearest boundaries: 320ms, 640ms, 1.28s, 2.56s"),
+        (lambda d: d["slos"][0].update(read_at="everywhere"), "slos[0].read_at", "client"),
+    ],
+)
+def test_bad_read_at_names_the_field(change, field: str, words: str):
+    data = _client_slos(_data())
+    data["slos"][2]["read_at"] = "gateway"
+    change(data)
+    found = _errors(data)
+    assert any(f" {field}: " in p and words in p for p in found), found

@@ -1,7 +1,8 @@
 """Every combination a spec can express, checked for the same properties: the product of the
 engine layouts (one example spec per engine, P/D pools and gateway in front: a new engine or
 gateway profile with an example spec joins by itself, and one without fails here), the cluster
-modes (one cluster; clusters with per-cluster SLOs; clusters with a global SLO), the rule
+modes (one cluster; clusters with per-cluster SLOs; clusters with a global SLO; with a client
+block, the first SLO read at the application), the rule
 backends (prometheus and every folder genobs/render/backends.py writes) and the tiers (untiered;
 edge + global).
 
@@ -77,6 +78,9 @@ def _variant(spec: Path, clusters: str, tmp: Path) -> Path:
         data["service"]["cluster_label"] = LABEL
     if clusters == "global-slo":
         data["slos"][0]["scope"] = "global"  # the first SLO over every cluster, the others per cluster
+    if data.get("client") and data["slos"][0]["sli"] == "ttft":
+        # the first SLO read at the application (a bound of its buckets), the others where they were
+        data["slos"][0].update(read_at="client", threshold="1.28s")
     data["name"] = f"{data['name']}-{clusters}"
     data.pop("dashboard", None)  # a uid of its own
     path = tmp / f"{data['name']}.yaml"

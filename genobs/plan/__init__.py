@@ -11,7 +11,7 @@ from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import backend, capacity, client, gateway, links, pages, slo
+from genobs.plan import backend, capacity, client, client_slo, gateway, links, pages, slo, slo_layers
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
 from genobs.plan.capacity import CapacityPlan
@@ -279,13 +279,13 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
         _check_observable(ctx, overrides, report)
         resolved = [a for a in resolved if ctx.catalog.missing_reason(a.signal) is None]
         gctx = gateway.gateway_context(doc, ctx, problems)
-        at_gateway = gateway.slo_indices(doc, gctx)
-        pods = frozenset(range(len(spec.slos))) - at_gateway
-        slo.validate(doc, ctx, report, only=pods if gctx else None)
-        if gctx is not None:
-            slo.validate(doc, gctx, report, only=at_gateway)
         cctx = client.client_context(doc, ctx, problems)
+        where = slo_layers.layers(doc, gctx, cctx, report)
+        slo.validate(doc, ctx, report, only=where["pods"] if gctx or cctx else None)
+        if gctx is not None:
+            slo.validate(doc, gctx, report, only=where["gateway"])
         if cctx is not None:
+            slo.validate(doc, cctx, report, only=where["client"])
             client.levels(doc, cctx, resolved, problems)
         capacity.validate(doc, ctx, report)
     return ctx, resolved, problems
@@ -392,6 +392,10 @@ class Assembly:
     client: tuple[Context, Recorder, tuple[RuleGroup, ...]] | None = None  # the same, of the application
 
 
+def _releases(ctx: Context, gctx: Context | None, cctx: Context | None) -> dict[str, str]:
+    return {"pods": ctx.release, "gateway": gctx.release if gctx else "", "client": cctx.release if cctx else ""}
+
+
 def _gateway_row(gw) -> tuple:
     return () if gw is None else (gw.row,)
 
@@ -413,19 +417,20 @@ def assemble(doc: SpecDocument) -> Assembly:
     # user-facing pages the gateway takes over: the pods' alerts keep their warnings
     pods = resolved if gw is None else gateway.demote(resolved, gw.taken_over)
     alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(pods)
+    cctx = client.client_context(doc, ctx, problems)
+    # each SLO read where the spec says (read_at), by default at the gateway where it observes the SLI
+    where = slo_layers.layers(doc, gctx, cctx, lambda path, msg: None)
+    pod_slos = slo.build_slos(gateway.with_slos(doc, where["pods"], True), ctx, base_url, spec.team, rec.names)
+    slos = pod_slos
     gw_slos = None
-    if gw is None:
-        slos = pod_slos = slo.build_slos(doc, ctx, base_url, spec.team, rec.names)
-    else:  # the SLOs the gateway observes read it, the others the pods
-        at_gateway = gateway.slo_indices(doc, gctx)
-        pod_slos = slo.build_slos(gateway.with_slos(doc, at_gateway, False), ctx, base_url, spec.team, rec.names)
+    if gw is not None:
         gw_slos = gateway.marked(
-            slo.build_slos(gateway.with_slos(doc, at_gateway, True), gctx, base_url, spec.team, gw.names)
+            slo.build_slos(gateway.with_slos(doc, where["gateway"], True), gctx, base_url, spec.team, gw.names)
         )
         slos = gateway.merge_slos(gw_slos, pod_slos)
         gw = gateway.with_inhibit(gw, ctx, slo_alerts(gw_slos))
-    cctx = client.client_context(doc, ctx, problems)
     cl = None
+    cl_slos = None
     if cctx is not None:
         gw_alerts = frozenset(a.name for a in gw.alerts) if gw else frozenset()
         burns = (("pods", tuple(slo_alerts(pod_slos))),)
@@ -433,6 +438,12 @@ def assemble(doc: SpecDocument) -> Assembly:
             burns += (("gateway", tuple(slo_alerts(gw_slos))),)
         gw_names = gw.names if gw else {}
         cl = client.build_client(doc, cctx, ctx, gctx, resolved, gw_names, gw_alerts, burns, base_url, problems)
+        cl_slos = gateway.marked(
+            slo.build_slos(gateway.with_slos(doc, where["client"], True), cctx, base_url, spec.team, cl.names),
+            "client",
+        )
+        slos = gateway.merge_slos(cl_slos, slos)
+        cl = client_slo.with_inhibit(cl, ctx, gctx, gw_alerts, burns, slo_alerts(cl_slos))
     cap = capacity.build(doc, ctx, rec, base_url, spec.team)
     readers = (*alerts, *slos.rules, *slos.long_rules, *(cap.rules if cap else ()))
     fast, panels = split_recording(tuple(rec.rules), readers)
@@ -483,9 +494,13 @@ def assemble(doc: SpecDocument) -> Assembly:
     tested_client = None
     if cl is not None:  # the application's group reads its own series only: tested on its own
         cl_rules = links.with_dashboard_urls(cl.rules, grafana, dashboard)
-        cl_groups = pages.with_hold(
-            (RuleGroup(naming.group(spec.name, "client"), spec.evaluation_interval, cl_rules),), keep, other
-        )
+        cl_groups = (RuleGroup(naming.group(spec.name, "client"), spec.evaluation_interval, cl_rules),)
+        if cl.long_rules:  # the token-usage baseline reads a day of samples: evaluated less often
+            interval = slo.long_interval(spec.evaluation_interval)
+            cl_groups += (RuleGroup(naming.group(spec.name, "client-long"), interval, cl.long_rules),)
+        linked = lambda rules: links.with_dashboard_urls(rules, grafana, dashboard)  # noqa: E731
+        cl_groups += gateway.slo_groups(spec, cl_slos, linked, "client-slo")
+        cl_groups = pages.with_hold(cl_groups, keep, other)
         groups += cl_groups
         tested_client = (cl.ctx, client.recorder(cl), cl_groups)
     cap_group = None
@@ -521,6 +536,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         capabilities=tuple(capability_lines(ctx, spec.use_case))
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ())
         + tuple(client.capability_lines(cctx) if cctx else ()),
+        slo_layers=tuple(slo_layers.lines(doc, where, _releases(ctx, gctx, cctx))),
         engine_release=ctx.release,
         alert_prefix=ctx.catalog.alert_prefix,
         alert_renames=ctx.catalog.alert_renames,
@@ -531,6 +547,7 @@ def assemble(doc: SpecDocument) -> Assembly:
     # the pods' inhibitions name the pods' alerts (the gateway's carry the gateway's selector)
     at_gateway = {a.name for a in gw.alerts} if gw else set()
     at_gateway |= {a.name for a in cl.alerts} if cl else set()
+    at_gateway |= {a.name for a in slo_alerts(cl_slos)} if cl_slos else set()
     pod_alerts = [a for a in plan.alerts if a.name not in at_gateway]
     inhibit = build_inhibit_rules(ctx, pod_alerts) + (gw.inhibit if gw else ()) + (cl.inhibit if cl else ())
     plan = replace(plan, inhibit_rules=inhibit)

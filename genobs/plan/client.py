@@ -20,6 +20,7 @@ from genobs import naming
 from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem
+from genobs.plan import client_tokens
 from genobs.plan.alerts import Resolved, format_threshold, labels_template
 from genobs.plan.context import Context
 from genobs.plan.gateway import _matcher, runbook_entries
@@ -168,7 +169,8 @@ def levels(doc, cctx: Context, resolved_all: list[Resolved], problems: list[Prob
     return out
 
 
-def _record(cctx: Context) -> Recorder:
+def _record(cctx: Context, shift: client_tokens.Shift | None) -> tuple[Recorder, list[RecordingRule]]:
+    """The client group's rules (in the Recorder) and those of its slower companion group."""
     r = Recorder(cctx)
     r.add("attempted", "client_requests", "rate", cctx.sum_rate("requests_finished"))
     r.add("failed", "client_request_errors", "rate", f"{cctx.sum_rate('errors')} or ({r.ref('attempted')} * 0)")
@@ -182,7 +184,8 @@ def _record(cctx: Context) -> Recorder:
     r.names = {k: v for k, v in r.names.items() if v not in means}
     r.add("prompt_tps", "client_prompt_tokens", "rate", cctx.sum_rate("prompt_tokens"))
     r.add("generation_tps", "client_generation_tokens", "rate", cctx.sum_rate("generation_tokens"))
-    return r
+    long_rules = client_tokens.record(cctx, r, shift) if shift is not None else []
+    return r, long_rules
 
 
 def _words(cctx: Context) -> dict[str, str]:
@@ -252,11 +255,24 @@ def _confirm(
 
 
 def _runbook(
-    cctx: Context, ctx: Context, gctx: Context | None, alerts: list[AlertRule], gw_names: dict[str, str]
+    cctx: Context,
+    ctx: Context,
+    gctx: Context | None,
+    alerts: list[AlertRule],
+    gw_names: dict[str, str],
+    shift: client_tokens.Shift | None,
 ) -> tuple[RunbookEntry, ...]:
-    return runbook_entries(
-        cctx, alerts, client_data()["alerts"], _words(cctx), lambda name: _confirm(cctx, ctx, gctx, gw_names, name)
-    )
+    data = {**client_data()["alerts"], **client_data()["token_usage"]}
+    words = _words(cctx)
+    if shift is not None:
+        words |= client_tokens.texts_of(shift)
+
+    def confirm(name: str) -> tuple[tuple[str, str], ...]:
+        if shift is not None and name == shift.name:
+            return client_tokens.confirm(cctx, ctx, shift)
+        return _confirm(cctx, ctx, gctx, gw_names, name)
+
+    return runbook_entries(cctx, alerts, data, words, confirm)
 
 
 def _inhibit(
@@ -349,7 +365,9 @@ def _gateway_takes() -> dict[str, str]:
     return {name: a["takes_over"] for name, a in gateway_data()["alerts"].items()}
 
 
-def _row(cctx: Context, r: Recorder, gw_names: dict[str, str], gctx: Context | None) -> Row:
+def _row(
+    cctx: Context, r: Recorder, gw_names: dict[str, str], gctx: Context | None, shift: client_tokens.Shift | None
+) -> Row:
     m = cctx.panel_matchers()
     by = q.by(cctx.group)
     panels = []
@@ -414,6 +432,8 @@ def _row(cctx: Context, r: Recorder, gw_names: dict[str, str], gctx: Context | N
             min=0,
         )
     )
+    if shift is not None:
+        panels.append(client_tokens.panel(cctx, r, shift))
     return Row(ROW_TITLE, tuple(panels))
 
 
@@ -427,6 +447,7 @@ class ClientPlan:
     inhibit: tuple[dict, ...]
     raw: frozenset[str]  # wire names the client's release exports
     names: dict[str, str]  # signal key -> recorded name
+    long_rules: tuple[RecordingRule, ...] = ()  # the slower companion group: the token-usage baseline
 
 
 def build_client(
@@ -441,18 +462,22 @@ def build_client(
     base_url: str,
     problems: list[Problem],
 ) -> ClientPlan:
-    r = _record(cctx)
+    shift = client_tokens.resolve(doc, problems)
+    r, long_rules = _record(cctx, shift)
     found = levels(doc, cctx, resolved_all, problems)
     alerts = _alerts(cctx, r, found, base_url, doc.spec.team)
+    if shift is not None:
+        alerts.append(client_tokens.alert(cctx, r, shift, base_url, doc.spec.team, _words(cctx)))
     return ClientPlan(
         ctx=cctx,
         rules=(*r.rules, *alerts),
         alerts=tuple(alerts),
-        row=_row(cctx, r, gw_names, gctx),
-        runbook=_runbook(cctx, ctx, gctx, alerts, gw_names),
+        row=_row(cctx, r, gw_names, gctx, shift),
+        runbook=_runbook(cctx, ctx, gctx, alerts, gw_names, shift),
         inhibit=_inhibit(cctx, _targets(ctx, gctx, found, gw_alerts, burns), found),
         raw=frozenset(cctx.catalog.names_for(cctx.version)),
         names=dict(r.names),
+        long_rules=tuple(long_rules),
     )
 
 
@@ -466,7 +491,7 @@ def layer(cl: ClientPlan, raw: frozenset[str]) -> GatewayLayer:
         selector=c.selector,
         models=c.wire_models,
         raw_metrics=raw & cl.raw,
-        signals=frozenset(client_data()["alerts"][a.name]["signal"] for a in cl.alerts),
+        signals=frozenset(a.signal for a in cl.alerts),
     )
 
 

@@ -269,7 +269,7 @@ def runbook_entries(
     caveat of the signal, the next checks `keep_check` keeps and the confirm queries of `confirm`."""
     entries: dict[str, RunbookEntry] = {}
     for a in alerts:
-        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}", a.for_)
+        sev = Severity(a.severity, f"{a.comparator} {a.threshold_text}".strip(), a.for_)
         if a.name in entries:
             e = entries[a.name]
             entries[a.name] = replace(e, severities=(*e.severities, sev), protects=e.protects or a.protects)
@@ -515,45 +515,41 @@ def capability_lines(gctx: Context, ctx: Context) -> list[str]:
 _TITLES = {"tpot": "Time per output token", "itl": "Inter-token latency"}
 
 
-# SLIs a gateway can serve, where its release has the histogram (success: its error counter)
-_GATEWAY_SLIS = {"success": None, "ttft": "ttft", "e2e": "e2e"}
-
-
-def slo_indices(doc, gctx: Context | None) -> frozenset[int]:
-    """The spec's SLOs the gateway reads: users' view, where the gateway's release observes the SLI."""
-    if gctx is None:
-        return frozenset()
-    out = set()
-    for i, s in enumerate(doc.spec.slos):
-        if s.sli in _GATEWAY_SLIS and (_GATEWAY_SLIS[s.sli] is None or gctx.has(_GATEWAY_SLIS[s.sli])):
-            out.add(i)
-    return frozenset(out)
-
-
 def with_slos(doc, indices: frozenset[int], inside: bool):
     """`doc` with only the SLOs at `indices` (inside) or only the others."""
     kept = [s for i, s in enumerate(doc.spec.slos) if (i in indices) == inside]
     return replace(doc, spec=doc.spec.model_copy(update={"slos": kept}))
 
 
-def marked(slos):
-    """The gateway's SloPlan with its model marker labelled layer="gateway": two rules recording
-    one name with the same labels would be ambiguous."""
+def marked(slos, layer: str = "gateway"):
+    """An SloPlan of a layer in front of the pods with its model marker labelled `layer`: two rules
+    recording one name with the same labels would be ambiguous. The application's burns also
+    carry layer="client", as its other alerts do."""
     own = tuple(
-        replace(r, labels=(*r.labels, ("layer", "gateway"))) if getattr(r, "record", None) == MARKER else r
+        replace(r, labels=(*r.labels, ("layer", layer))) if getattr(r, "record", None) == MARKER else r
         for r in slos.rules
     )
-    return replace(slos, rules=own)
+    slos = replace(slos, rules=own)
+    if layer != "client":
+        return slos
+
+    def labelled(rules):
+        return tuple(
+            replace(r, labels=(*r.labels[:1], ("layer", layer), *r.labels[1:])) if isinstance(r, AlertRule) else r
+            for r in rules
+        )
+
+    return replace(slos, rules=labelled(slos.rules), long_rules=labelled(slos.long_rules))
 
 
-def slo_groups(spec, slos, linked) -> tuple[RuleGroup, ...]:
-    """The gateway's SLO rules in their own groups (gateway-slo.rules.yaml), beside the pods'."""
+def slo_groups(spec, slos, linked, part: str = "gateway-slo") -> tuple[RuleGroup, ...]:
+    """A front layer's SLO rules in their own groups (gateway-slo.rules.yaml, client-slo.rules.yaml), beside the pods'."""
     out: tuple[RuleGroup, ...] = ()
     if slos is not None and slos.rules:
-        out += (RuleGroup(naming.group(spec.name, "gateway-slo"), spec.evaluation_interval, linked(slos.rules)),)
+        out += (RuleGroup(naming.group(spec.name, part), spec.evaluation_interval, linked(slos.rules)),)
     if slos is not None and slos.long_rules:
         interval = long_interval(spec.evaluation_interval)
-        out += (RuleGroup(naming.group(spec.name, "gateway-slo-long"), interval, linked(slos.long_rules)),)
+        out += (RuleGroup(naming.group(spec.name, f"{part}-long"), interval, linked(slos.long_rules)),)
     return out
 
 

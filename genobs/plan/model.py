@@ -189,6 +189,7 @@ class Plan:
     warnings: tuple[str, ...] = ()  # things the spec compiles to but a user should know
     # signals the engine cannot observe or observes only approximately, one line each
     capabilities: tuple[str, ...] = ()
+    slo_layers: tuple[str, ...] = ()  # where each SLO is read, with a client block (build notes)
     engine_release: str = ""  # 'SGLang 0.5.23': the engine and release in texts
     # signal -> why the engine cannot observe it / how it approximates it (from its profile)
     unobservable: tuple[tuple[str, str], ...] = ()

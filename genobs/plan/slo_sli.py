@@ -31,7 +31,9 @@ def marker_rule(ctx: Context) -> RecordingRule | None:
     finish-reason and histogram series do (vLLM 0.x creates some of those only once observed)."""
     if not ctx.models:
         return None
-    expr = f"group {q.by(model_labels(ctx))} ({ctx.raw('requests_running')})"
+    # the application has no gauge: its operations' count, there once it called the model
+    key = "requests_running" if ctx.has("requests_running") else "requests_finished"
+    expr = f"group {q.by(model_labels(ctx))} ({ctx.raw(key)})"
     return RecordingRule(MARKER, expr, (("spec", ctx.spec),))
 
 

@@ -40,8 +40,11 @@ from genobs.testgen.unittests_probes import (
     threshold,
 )
 from genobs.testgen.unittests_slo import burn_rate, discover_slos, slo_fires, slo_probe, unavailable_probe
+from genobs.testgen.unittests_token_shift import SHIFT_ALERT, token_shift_tests
 from genobs.units import prom_duration_seconds
 
+# alerts whose tests need hours of history: files of their own (unittests_baseline, unittests_token_shift)
+LONG_HISTORY = frozenset({*BASELINE_ALERTS, SHIFT_ALERT})
 SLO_MINUTES = 30  # SLO cases: the long windows' traffic gates need some history
 PACK_CASES = 32  # cases per test group at most: the example specs pack at most 18
 
@@ -250,8 +253,8 @@ class _Planner:
         """Firing cases of one alert: the mildest fault for each set of severities it can fire,
         ending with the one that fires every severity."""
         rules = self.by_name[name]
-        if rules[0].key in BASELINE_ALERTS:
-            return []  # unittests_baseline: its own file, hours of history
+        if rules[0].key in LONG_HISTORY:
+            return []  # unittests_baseline, unittests_token_shift: files of their own, hours of history
         probe = self.probe(name)
         if probe is None:
             self.notes.append(f"{name}: no scenario known for this alert")
@@ -366,7 +369,8 @@ class _Planner:
                     self.notes.append(f"{name}: the healthy fleet cannot stay below every threshold")
                     continue
             names.append(name)
-        needs = self.deps([a.expr for a in self.alerts]) | {"up"}
+        # the token-usage shift (tested on a day of history) reads series no fleet of minutes needs
+        needs = self.deps([a.expr for a in self.alerts if a.key != SHIFT_ALERT]) | {"up"}
         exprs = self.expr_tests(None, healthy, at) or []
         needs |= self.deps([t["expr"] for t in exprs])
         series = input_series(self.ctx, healthy, env.ident, needs, at)
@@ -431,6 +435,8 @@ def build_unit_tests(
     files = [(f"{prefix}healthy.test.yaml", p.document([p.healthy_group(cases)]))]
     if cases:
         files.insert(0, (f"{prefix}alerts.test.yaml", p.document([p.pack_group(pack) for pack in p.pack(cases)])))
+    if layer == "client":
+        files += token_shift_tests(ctx, groups, spec_name)
     if layer:
         return tuple(files), p.notes
     alert_group = next(g for g in groups if g.name == naming.group(spec_name, "alerts"))

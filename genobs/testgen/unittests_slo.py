@@ -39,19 +39,28 @@ def _le_value(op: str, text: str) -> float:
 def wire_keys(ctx: Context) -> dict[str, tuple[str, str]]:
     """Exported series name -> (catalog key, histogram suffix)."""
     out: dict[str, tuple[str, str]] = {}
+    counted = ctx.has("errors")  # the client profiles: the count stands in for finished and failed operations
     for key, m in ctx.catalog.metrics.items():
         if not ctx.has(key):
             continue
         for suffix in ("_bucket", "_sum", "_count") if m.type == "histogram" else ("",):
-            out[ctx.metric(key, suffix)] = (canonical(ctx, key), suffix)
+            name = ctx.metric(key, suffix)
+            if name in out and counted:
+                continue  # an application's operation count, not its duration histogram's _count
+            out[name] = (canonical(ctx, key), suffix)
     return out
 
 
 # series the success SLI reads beside finish reasons: HTTP 5xx (attributed to models through
 # the running gauge) and admission rejections
-_SUCCESS_TERMS = ("http_requests", "request_errors", "admission_rejections", "requests_running", "gateway_errors", "requests_finished")
-# failures counted beside the finished requests: HTTP 5xx, a gateway's error answers
-_ERROR_TERMS = ("http_requests", "request_errors", "gateway_errors")
+# and an application's operations (its count family is canonically `errors`: errors < requests_finished)
+_SUCCESS_TERMS = (
+    "http_requests", "request_errors", "admission_rejections", "requests_running", "gateway_errors", "requests_finished",
+    "errors",
+)
+# failures counted beside the finished requests: HTTP 5xx, a gateway's error answers, an
+# application's failed operations (error.type set)
+_ERROR_TERMS = ("http_requests", "request_errors", "gateway_errors", "errors")
 
 
 def discover_slos(ctx: Context, groups: tuple[RuleGroup, ...]) -> dict[str, SloDef]:
@@ -185,7 +194,7 @@ def _direct_totals(env: Env, slo: SloDef, fleet: Fleet, at: int, window: int) ->
         terms = []
         if env.ctx.has("gateway_errors"):  # a gateway's error answers: its requests count them already
             return fleet_rate(fleet.http_5xx, 1, window, at), total
-        if env.ctx.has("http_requests") or env.ctx.has("request_errors"):
+        if env.ctx.has("http_requests") or env.ctx.has("request_errors") or env.ctx.has("errors"):
             terms.append(fleet_rate(fleet.http_5xx, 1, window, at))
         if env.ctx.has("admission_rejections"):
             terms.append(fleet_rate(fleet.rejected, 1, window, at))
