@@ -37,9 +37,11 @@ def _le_value(op: str, text: str) -> float:
 
 
 def wire_keys(ctx: Context) -> dict[str, tuple[str, str]]:
-    """Exported series name -> (catalog key, histogram suffix)."""
+    """Exported series name -> (catalog key, histogram suffix); a histogram's _count that a counter
+    key reads (gen_ai.server.request.duration's requests and errors) stands for the counter."""
     out: dict[str, tuple[str, str]] = {}
-    for key, m in ctx.catalog.metrics.items():
+    # histograms first: a counter on the same name takes it over
+    for key, m in sorted(ctx.catalog.metrics.items(), key=lambda item: item[1].type != "histogram"):
         if not ctx.has(key):
             continue
         for suffix in ("_bucket", "_sum", "_count") if m.type == "histogram" else ("",):
