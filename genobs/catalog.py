@@ -387,7 +387,9 @@ def _build(raw: dict) -> Catalog:
     )
 
 
-GATEWAYS = ("llm-d-epp", "dynamo")  # profiles of a layer in front of the engines (spec `gateway:`)
+# profiles of a layer in front of the engines (spec `gateway:`); otel-genai-server: a gateway that
+# records the OpenTelemetry GenAI server metrics (Envoy AI Gateway)
+GATEWAYS = ("llm-d-epp", "dynamo", "otel-genai-server")
 ENGINES = ("vllm", "sglang", "trtllm")  # one profile file per engine: genobs/data/<engine>.yaml
 # OpenTelemetry GenAI instruments: what an application measures (client), what a server records
 OTEL_GENAI = ("otel-genai", "otel-genai-server")

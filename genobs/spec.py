@@ -128,30 +128,9 @@ class Service(_Model):
         return v
 
 
-class Gateway(_Model):
-    """The user-facing layer in front of the engine pods of `service` (docs/gateway.md): user-facing
-    latency and error alerts and the SLOs read it; diagnosis (KV cache, queue, preemptions) reads
-    the pods."""
-
-    engine: Literal["llm-d-epp", "dynamo"] = Field(
-        description="The gateway: llm-d-epp (llm-d's endpoint picker, Gateway API Inference Extension) or dynamo "
-        "(NVIDIA Dynamo's frontend, dynamo_frontend_*); picks its profile (metric names per release, buckets)."
-    )
-    engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
-        None,
-        description="Gateway release, e.g. '0.10' (llm-d-router, formerly llm-d-inference-scheduler); picks "
-        "one name generation (inference_model_, inference_objective_, llm_d_router_epp_, llm_d_epp_). "
-        "Default: newest in its profile.",
-    )
-    selector: dict[LabelName, SafeValue] = Field(
-        default_factory=dict,
-        description="Target labels of the gateway's scrape, e.g. {namespace: llm-prod, job: llm-d-epp}; must name "
-        "the job.",
-    )
-
-
 class ClientOtel(_Model):
-    """How the application's OpenTelemetry GenAI metrics reach Prometheus (docs/client.md)."""
+    """How OpenTelemetry GenAI metrics reach Prometheus: an application's (docs/client.md), or a gateway's
+    gen_ai.server.* metrics (docs/gateway.md)."""
 
     translation: Literal["underscores_with_suffixes", "utf8", "utf8_without_suffixes"] = Field(
         "underscores_with_suffixes",
@@ -159,6 +138,40 @@ class ClientOtel(_Model):
         "Prometheus exporter, the Collector's and Prometheus' OTLP default: gen_ai_client_operation_duration_seconds), "
         "utf8 (NoUTF8EscapingWithSuffixes: gen_ai.client.operation.duration_seconds) or utf8_without_suffixes "
         "(NoTranslation: gen_ai.client.operation.duration).",
+    )
+
+
+class Gateway(_Model):
+    """The user-facing layer in front of the engine pods of `service` (docs/gateway.md): user-facing
+    latency and error alerts and the SLOs read it; diagnosis (KV cache, queue, preemptions) reads
+    the pods."""
+
+    engine: Literal["llm-d-epp", "dynamo", "otel-genai-server"] = Field(
+        description="The gateway: llm-d-epp (llm-d's endpoint picker, Gateway API Inference Extension), dynamo "
+        "(NVIDIA Dynamo's frontend, dynamo_frontend_*) or otel-genai-server (a gateway that records the "
+        "OpenTelemetry GenAI server metrics gen_ai.server.*, e.g. Envoy AI Gateway); picks its profile (metric "
+        "names per release, buckets)."
+    )
+    engine_version: Annotated[str, AfterValidator(_engine_version)] | None = Field(
+        None,
+        description="Gateway release, e.g. '0.10' (llm-d-router, formerly llm-d-inference-scheduler); picks "
+        "one name generation (inference_model_, inference_objective_, llm_d_router_epp_, llm_d_epp_). "
+        "Default: newest in its profile. Not for otel-genai-server, whose names follow `conventions`.",
+    )
+    conventions: Annotated[str, AfterValidator(_engine_version)] | None = Field(
+        None,
+        description="otel-genai-server only: the semantic-conventions release the gateway's instrumentation "
+        "follows, e.g. '1.36.0' (its meter's schema URL). Default: newest in the profile.",
+    )
+    otel: ClientOtel | None = Field(
+        None,
+        description="otel-genai-server only: how the gateway's metrics reach Prometheus. Default: "
+        "{translation: underscores_with_suffixes}.",
+    )
+    selector: dict[LabelName, SafeValue] = Field(
+        default_factory=dict,
+        description="Target labels of the gateway's scrape, e.g. {namespace: llm-prod, job: llm-d-epp}; must name "
+        "the job.",
     )
 
 
@@ -507,8 +520,8 @@ class Spec(_Model):
     service: Service = Field(default_factory=Service)
     gateway: Gateway | None = Field(
         None,
-        description="A gateway in front of the engine pods (llm-d EPP): user-facing alerts and SLOs read it, "
-        "diagnosis reads the pods.",
+        description="A gateway in front of the engine pods (llm-d EPP, Dynamo frontend, or one recording the "
+        "OpenTelemetry GenAI server metrics): user-facing alerts and SLOs read it, diagnosis reads the pods.",
     )
     client: Client | None = Field(
         None,

@@ -66,3 +66,18 @@ def attribute_label(raw: dict, attribute: str, translation: str | None) -> str:
     """The label an OpenTelemetry attribute becomes under `translation` (None: the default)."""
     t = table(raw)
     return t["translations"][translation or t["default"]]["labels"].get(attribute, attribute)
+
+
+# the translations genobs writes PromQL for: UTF-8 names need the quoted selector form
+WRITTEN = ("underscores_with_suffixes",)
+
+
+def refusal(translation: str) -> str | None:
+    """Why genobs cannot read metrics under `translation` (a spec problem's text), or None."""
+    if translation in WRITTEN:
+        return None
+    return (
+        f"{translation}: genobs does not write PromQL for UTF-8 metric and label names yet; "
+        f"use {', '.join(WRITTEN)} (the OpenTelemetry SDK's Prometheus exporter, and the default of "
+        "the Collector and of Prometheus' OTLP receiver)"
+    )

@@ -334,7 +334,7 @@ class Fleet:
         self.duplicate_monitor = bool(data.pop("duplicate_monitor", False))
         gateway = data.pop("gateway", None)
         gw_spec = (spec or {}).get("gateway") or {}
-        kind = DynamoModel if gw_spec.get("engine") == "dynamo" else GatewayModel
+        kind = {"dynamo": DynamoModel, "otel-genai-server": OtelServerModel}.get(gw_spec.get("engine"), GatewayModel)
         self.gateway = None if gateway is None and not gw_spec else kind(gateway or {}, gw_spec, self.namespace, self.job)
         client = data.pop("client", None)
         cl_spec = (spec or {}).get("client") or {}
@@ -417,7 +417,7 @@ class Fleet:
         for o in self.others:
             out.extend(self._other(o))
         if self.gateway is not None:
-            kind = DynamoSeries if isinstance(self.gateway, DynamoModel) else GatewaySeries
+            kind = {DynamoModel: DynamoSeries, OtelServerModel: OtelServerSeries}.get(type(self.gateway), GatewaySeries)
             for i, target in enumerate(gateway_targets(self, self.gateway)):
                 out.extend(kind(self, self.gateway, target, i).build())
         if self.client is not None:
@@ -1263,11 +1263,107 @@ class DynamoSeries(GatewaySeries):
         self._s(n["queued"], m, False).values.append(waiting)
 
 
+# --- a gateway recording the OpenTelemetry GenAI server metrics (Envoy AI Gateway) ------------------
+
+OTEL_SERVER_DEFAULTS: dict[str, Any] = {
+    "state": "serving",  # serving | down (the gateway's target fails its scrape)
+    "overhead": 0.005,  # seconds the gateway adds to TTFT and duration (routing, the hop to the pod)
+    "errors": 0.0,  # share of requests answered with an error (error.type="500")
+}
+
+
+class OtelServerModel(GatewayModel):
+    """The fleet's `gateway:` mapping for a gateway recording gen_ai.server.*: conventions release,
+    target labels, traffic, events."""
+
+    def __init__(self, data: dict, spec: dict, namespace: str, pool: str) -> None:
+        data = copy.deepcopy(data)
+        selector = dict(spec.get("selector") or {})
+        self.version = version(data.pop("conventions", spec.get("conventions", "1.44.0")))
+        self.emits = []
+        self.job = data.pop("job", selector.get("job", "envoy-ai-gateway"))
+        self.namespace = data.pop("namespace", selector.get("namespace", namespace))
+        self.pool = pool
+        self.traffic = {**OTEL_SERVER_DEFAULTS, **(data.pop("traffic", {}) or {})}
+        self.split_by, self.events = _gateway_events(data, OTEL_SERVER_DEFAULTS, "otel-genai-server gateway")
+        if data:
+            raise ValueError(f"unknown otel-genai-server gateway fields: {', '.join(sorted(data))}")
+
+
+class OtelServerSeries(GatewaySeries):
+    """The gateway's gen_ai.server.* series as the OpenTelemetry Python SDK's Prometheus exporter
+    writes them (the labels and `le` spelling of tests/fixtures/otel_genai/<release>/server.txt),
+    from what the replicas behind it serve, with its overhead added. Failed requests are observed
+    by the request duration only, labelled error_type="500" and without a response model; time to
+    first token and per output token count successful responses only."""
+
+    def __init__(self, fleet: Fleet, gw: OtelServerModel, target: tuple = (None, None, ()), index: int = 0) -> None:
+        self.f, self.gw = fleet, gw
+        self.value, replicas, extra = target
+        self.replicas = fleet.replicas if replicas is None else replicas
+        self.series = {}
+        self.base = (("job", gw.job), ("namespace", gw.namespace), ("instance", f"10.0.8.{11 + index}:1064"), *extra)
+        release = gw.version
+        provider = "gen_ai_provider_name" if release >= (1, 37, 0) else "gen_ai_system"
+        scope: Labels = ()
+        if release >= (1, 43, 0):
+            schema = f"https://opentelemetry.io/schemas/{'.'.join(map(str, release))}"
+            scope = (("otel_scope_name", "envoy-ai-gateway"), ("otel_scope_schema_url", schema))
+        self.common: Labels = (
+            ("gen_ai_operation_name", "chat"),
+            (provider, "openai"),
+            ("gen_ai_request_model", fleet.model),
+            ("server_address", "llm-gateway.inference.svc"),
+            ("server_port", "80"),
+            *scope,
+        )
+        self.duration = (*OTEL_DURATION_BUCKETS, math.inf)
+        self.ttft = (*OTEL_SERVER_TTFT_BUCKETS, math.inf)
+        self.tpot = (*OTEL_SERVER_TPOT_BUCKETS, math.inf)
+
+    def _hist(self, name: str, labels: Labels, bounds: tuple[float, ...], parts: list[tuple[float, Dist]]) -> None:
+        """As GatewaySeries._hist, with `le` as the Python exporter writes it (1.0, 0.005, +Inf)."""
+        for b in bounds:
+            le = "+Inf" if b == math.inf else repr(float(b))
+            self._add(f"{name}_bucket", (*labels, ("le", le)), sum(n * d.cdf(b) for n, d in parts))
+        self._add(f"{name}_count", labels, sum(n for n, _ in parts))
+        self._add(f"{name}_sum", labels, sum(n * d.mean() for n, d in parts), False)
+
+    def _step(self, t: int, p: dict, first: bool) -> None:
+        dt = 0 if first else STEP
+        ttft_parts: list[tuple[float, Dist]] = []
+        e2e_parts: list[tuple[float, Dist]] = []
+        tpot_parts: list[tuple[float, Dist]] = []
+        failed = 0.0
+        kept = 1.0 - float(p["errors"])
+        for r in self.replicas:
+            rp = r.at(t)
+            if rp["state"] != "serving":
+                continue
+            k = rp["rate"] * dt
+            ttft = Dist.of(rp["ttft"])
+            out_d = Dist.of(rp["output_tokens"])
+            tpot = Dist.of(rp["tpot"]) if rp["tpot"] is not None else Dist.of(rp["itl"])
+            e2e = out_d.shifted(-1).scaled(tpot.mean()).shifted(ttft.mean()) if rp["e2e"] == "auto" else Dist.of(rp["e2e"])
+            ttft_parts.append((k * kept, ttft.shifted(p["overhead"])))
+            e2e_parts.append((k * kept, e2e.shifted(p["overhead"])))
+            tpot_parts.append((k * kept, tpot))
+            failed += k * float(p["errors"])
+        ok = (*self.base, *self.common, ("gen_ai_response_model", self.f.model))
+        err = (*self.base, *self.common, ("error_type", "500"))
+        self._hist("gen_ai_server_request_duration_seconds", ok, self.duration, e2e_parts)
+        self._hist("gen_ai_server_request_duration_seconds", err, self.duration, [(failed, Dist.of(float(p["overhead"])))])
+        self._hist("gen_ai_server_time_to_first_token_seconds", ok, self.ttft, ttft_parts)
+        self._hist("gen_ai_server_time_per_output_token_seconds", ok, self.tpot, tpot_parts)
+
+
 # --- an application in front of the gateway or the replicas: OpenTelemetry GenAI client metrics ----
 
 # the conventions' recommended boundaries (docs/gen-ai/gen-ai-metrics.md), as the Python SDK's
 # Prometheus exporter writes them when the application sets them through a View
 OTEL_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+OTEL_SERVER_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+OTEL_SERVER_TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 OTEL_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
 CLIENT_DEFAULTS: dict[str, Any] = {

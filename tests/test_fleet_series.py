@@ -191,3 +191,35 @@ def test_dcgm_without_honor_labels_renames_the_workload_labels() -> None:
     labels, _ = series[("DCGM_FI_DEV_GPU_UTIL", "vllm-0", "0")]
     assert labels["exported_pod"] == "vllm-0" and labels["exported_namespace"] == "ns"
     assert labels["pod"].startswith("dcgm-exporter-") and labels["namespace"] == "gpu-operator"
+
+
+@pytest.mark.parametrize("release", ["1.36.0", "1.44.0"])
+def test_otel_server_gateway_series_have_the_real_bodies_names_labels_and_bounds(release: str):
+    """The scenario fleet's gen_ai.server.* series (a gateway such as Envoy AI Gateway) carry the
+    names, label names and `le` spellings of the real SDK bodies of tests/fixtures/otel_genai."""
+    real: dict[str, tuple[set[str], set[str]]] = {}
+    text = (Path(__file__).parent / "fixtures" / "otel_genai" / release / "server.txt").read_text()
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.startswith("gen_ai_server"):
+                labels, les = real.setdefault(s.name, (set(), set()))
+                labels |= {k for k, v in s.labels.items() if v != "" and k != "le"}
+                if "le" in s.labels:
+                    les.add(s.labels["le"])
+    spec = {
+        **SPEC,
+        "gateway": {"engine": "otel-genai-server", "conventions": release, "selector": {"namespace": "ns", "job": "gw"}},
+    }
+    fleet = {"replicas": 2, "duration": "10m", "gateway": {"traffic": {"errors": 0.05}}}
+    ours: dict[str, tuple[set[str], set[str]]] = {}
+    for s in Fleet(fleet, spec).series():
+        name, labels = parse(s)
+        if name.startswith("gen_ai_server"):
+            found, les = ours.setdefault(name, (set(), set()))
+            found |= set(labels) - TARGET_LABELS - {"le"}
+            if "le" in labels:
+                les.add(labels["le"])
+    assert set(ours) == set(real)
+    for name, (labels, les) in real.items():
+        assert ours[name][0] == labels, name
+        assert ours[name][1] == les, name

@@ -18,6 +18,11 @@ from genobs.errors import printable
 _GATEWAY_LINES = {
     "llm-d-epp": ("llm-d-epp", "llm-d's endpoint picker", "the endpoint picker's /metrics: port 9090, bearer token"),
     "dynamo": ("dynamo-frontend", "NVIDIA Dynamo's frontend", "the frontend's /metrics on its HTTP port (8000)"),
+    "otel-genai-server": (
+        "envoy-ai-gateway",
+        "a gateway recording the OpenTelemetry GenAI server metrics (Envoy AI Gateway)",
+        "the gateway's OpenTelemetry Prometheus exporter",
+    ),
 }
 
 SCHEMA_FILE = "genobs.schema.json"
@@ -267,7 +272,11 @@ def _gateway_block(gateway: tuple[str, str | None, str], namespace: str | None) 
     _, what, scrape = _GATEWAY_LINES[engine]
     from genobs.catalog import load_catalog
 
-    name = load_catalog(engine).display_name
+    catalog = load_catalog(engine)
+    name = catalog.display_name
+    # an OpenTelemetry profile's names follow the semantic conventions, not the gateway's release
+    field, picks = ("conventions", "the semantic conventions it follows") if catalog.translation else (
+        "engine_version", f"the {name} release you run")
 
     def c(code: str, comment: str = "") -> str:
         return f"{code:<35} # {comment}" if comment else code
@@ -275,7 +284,7 @@ def _gateway_block(gateway: tuple[str, str | None, str], namespace: str | None) 
     return [
         c("gateway:", "what users connect to, in front of the pods: user-facing alerts and SLOs read it"),
         c(f"  engine: {engine}", f"{what}; the pods stay under service:"),
-        c(f"  engine_version: {_q(version or newest_version(engine))}", f"the {name} release you run: picks its metric names"),
+        c(f"  {field}: {_q(version or newest_version(engine))}", f"{picks}: picks its metric names"),
         c("  selector:", "target labels of the gateway's own scrape job"),
         *([f"    namespace: {_q(namespace)}"] if namespace else ["    # namespace: llm-prod"]),
         c(f"    job: {_q(job)}", scrape),
@@ -323,6 +332,7 @@ _OPTION_OF_FIELD = (
     ("service.selector", "--namespace"),
     ("features", "--engine-version"),
     ("gateway.engine_version", "--gateway-version"),
+    ("gateway.conventions", "--gateway-version"),
     ("gateway.selector", "--gateway-job"),
     ("client.conventions", "--client-conventions"),
     ("client.selector", "--client-job"),
@@ -352,12 +362,16 @@ _OPTION_OF_FIELD = (
     "--gateway",
     type=click.Choice(GATEWAYS),
     default=None,
-    help="A gateway in front of the engine pods (llm-d-epp: llm-d's endpoint picker; dynamo: Dynamo's frontend): "
+    help="A gateway in front of the engine pods (llm-d-epp: llm-d's endpoint picker; dynamo: Dynamo's frontend; "
+    "otel-genai-server: one recording the OpenTelemetry GenAI server metrics, e.g. Envoy AI Gateway): "
     "user-facing alerts and SLOs read it, diagnosis the pods.",
 )
-@click.option("--gateway-version", default=None, help="Gateway release, e.g. 0.10 (llm-d-router). Default: newest genobs knows.")
+@click.option("--gateway-version", default=None, help="Gateway release, e.g. 0.10 (llm-d-router); for otel-genai-server the semantic-conventions release, "
+    "e.g. 1.36.0. Default: newest genobs knows.")
 @click.option(
-    "--gateway-job", default=None, help="Prometheus scrape job of the gateway. Default: llm-d-epp, or dynamo-frontend."
+    "--gateway-job",
+    default=None,
+    help="Prometheus scrape job of the gateway. Default: llm-d-epp, dynamo-frontend or envoy-ai-gateway.",
 )
 @click.option(
     "--client-job",

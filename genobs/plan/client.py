@@ -16,7 +16,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from genobs import data as data_files
-from genobs import naming
+from genobs import naming, translations
 from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem
@@ -37,8 +37,6 @@ _LATENCIES = {
     "itl": "client_chunk_interval_seconds",
 }
 _HUMANIZE = {"seconds": "humanizeDuration", "ratio": "humanizePercentage"}
-# the translations genobs writes PromQL for: UTF-8 names need the quoted selector form
-_WRITTEN = ("underscores_with_suffixes",)
 
 
 @functools.cache
@@ -54,15 +52,9 @@ def client_context(doc, ctx: Context, problems: list[Problem]) -> Context | None
     if cl is None:
         return None
     translation = cl.otel.translation
-    if translation not in _WRITTEN:
-        problems.append(
-            doc.problem(
-                ("client", "otel", "translation"),
-                f"{translation}: genobs does not write PromQL for UTF-8 metric and label names yet; "
-                f"use {', '.join(_WRITTEN)} (the OpenTelemetry SDK's Prometheus exporter, and the default of "
-                "the Collector and of Prometheus' OTLP receiver)",
-            )
-        )
+    refused = translations.refusal(translation)
+    if refused is not None:
+        problems.append(doc.problem(("client", "otel", "translation"), refused))
         return None
     catalog = load_catalog("otel-genai", translation)
     version = catalog.max_version

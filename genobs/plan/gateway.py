@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from genobs import data as data_files
-from genobs import naming
+from genobs import naming, translations
 from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem
@@ -54,20 +54,10 @@ def gateway_context(doc, ctx: Context, problems: list[Problem]) -> Context | Non
     gw = doc.spec.gateway
     if gw is None:
         return None
-    catalog = load_catalog(gw.engine)
-    version = catalog.max_version
-    if gw.engine_version is not None:
-        version = parse_version(gw.engine_version)  # the spec model checked the form
-        if not catalog.min_version <= version <= catalog.max_version:
-            known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
-            problems.append(
-                doc.problem(
-                    ("gateway", "engine_version"),
-                    f"{catalog.display_name} {gw.engine_version} is outside the versions genobs knows ({known})",
-                )
-            )
-            return None
-    catalog = catalog.at(version)
+    found = _catalog(doc, gw, problems)
+    if found is None:
+        return None
+    catalog, version = found
     if "job" not in gw.selector:
         problems.append(
             doc.problem(
@@ -93,6 +83,48 @@ def gateway_context(doc, ctx: Context, problems: list[Problem]) -> Context | Non
         roles=None,
         other_version=None,
     )
+
+
+def _catalog(doc, gw, problems: list[Problem]):
+    """(the gateway's profile as its release sees it, the release), or None with a problem added.
+    A profile with name translations (the OpenTelemetry GenAI server metrics) is read by its
+    semantic-conventions release (`conventions`) under the translation of `otel`; the others by
+    their own release (`engine_version`)."""
+    otel_profile = "translations" in data_files.load(f"{gw.engine}.yaml")
+    own, other = ("conventions", "engine_version") if otel_profile else ("engine_version", "conventions")
+    if getattr(gw, other) is not None:
+        hint = "its names follow the semantic conventions" if otel_profile else "its names follow its own release"
+        problems.append(
+            doc.problem(("gateway", other), f"is not read for a gateway of engine {gw.engine} ({hint}); use {own}")
+        )
+        return None
+    translation = None
+    if gw.otel is not None:
+        if not otel_profile:
+            problems.append(
+                doc.problem(("gateway", "otel"), f"is for OpenTelemetry metrics; {gw.engine} writes Prometheus names itself")
+            )
+            return None
+        translation = gw.otel.translation
+        refused = translations.refusal(translation)
+        if refused is not None:
+            problems.append(doc.problem(("gateway", "otel", "translation"), refused))
+            return None
+    catalog = load_catalog(gw.engine, translation)
+    version = catalog.max_version
+    given = getattr(gw, own)
+    if given is not None:
+        version = parse_version(given)  # the spec model checked the form
+        if not catalog.min_version <= version <= catalog.max_version:
+            known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
+            text = (
+                f"semantic conventions {given} are outside the releases genobs knows ({known})"
+                if otel_profile
+                else f"{catalog.display_name} {given} is outside the versions genobs knows ({known})"
+            )
+            problems.append(doc.problem(("gateway", own), text))
+            return None
+    return catalog.at(version), version
 
 
 @dataclass(frozen=True)
@@ -152,7 +184,8 @@ def _record(gctx: Context) -> Recorder:
     means = {name for key, name in r.names.items() if key.endswith("_mean")}
     r.rules = [rule for rule in r.rules if rule.record not in means]
     r.names = {k: v for k, v in r.names.items() if v not in means}
-    r.add("running", "gateway_requests_running", "sum", q.sum_by(g, gctx.raw("requests_running")))
+    if gctx.has("requests_running"):  # the OpenTelemetry GenAI server metrics count no requests in flight
+        r.add("running", "gateway_requests_running", "sum", q.sum_by(g, gctx.raw("requests_running")))
     if gctx.has("pool_ready_endpoints"):
         pool = tuple(label for label in g if label != "model_name") + ("name",)
         ready = gctx.raw("pool_ready_endpoints", models=False)
@@ -412,15 +445,16 @@ def _row(gctx: Context, r: Recorder, pod_names: dict[str, str], ctx: Context) ->
             max=1,
         )
     )
+    traffic = [Target(q.selector(r.names["attempted"], m), "received {{model_name}}")]
+    if "running" in r.names:
+        traffic.append(Target(q.selector(r.names["running"], m), "in flight {{model_name}}"))
     panels.append(
         Panel(
             "Gateway requests per second",
-            "Requests received by the gateway, and requests in flight through it.",
+            "Requests received by the gateway"
+            + (", and requests in flight through it." if "running" in r.names else " (it counts none in flight)."),
             "reqps",
-            (
-                Target(q.selector(r.names["attempted"], m), "received {{model_name}}"),
-                Target(q.selector(r.names["running"], m), "in flight {{model_name}}"),
-            ),
+            tuple(traffic),
         )
     )
     if "pool_ready" not in r.names:

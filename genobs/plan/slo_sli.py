@@ -28,10 +28,11 @@ def model_labels(ctx: Context) -> tuple[str, ...]:
 def marker_rule(ctx: Context) -> RecordingRule | None:
     """One series per model of the spec that an engine serves. The running-requests gauge is
     exported by every engine from start-up, whatever traffic it had: it exists whenever the
-    finish-reason and histogram series do (vLLM 0.x creates some of those only once observed)."""
+    finish-reason and histogram series do (vLLM 0.x creates some of those only once observed).
+    A layer without that gauge (the OpenTelemetry GenAI server metrics, an application's
+    client metrics) marks the models it finished requests of: its request series appear with the first request, as its histograms do."""
     if not ctx.models:
         return None
-    # the application has no gauge: its operations' count, there once it called the model
     key = "requests_running" if ctx.has("requests_running") else "requests_finished"
     expr = f"group {q.by(model_labels(ctx))} ({ctx.raw(key)})"
     return RecordingRule(MARKER, expr, (("spec", ctx.spec),))

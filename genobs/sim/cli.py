@@ -77,7 +77,7 @@ def _list_scenarios(ctx: click.Context, param: click.Parameter, value: bool) -> 
 @click.option("--addr", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--engine",
-    type=click.Choice((*ENGINES, *GATEWAYS, *OTEL_GENAI)),
+    type=click.Choice(tuple(dict.fromkeys((*ENGINES, *GATEWAYS, *OTEL_GENAI)))),
     default="vllm",
     show_default=True,
     help="Serving engine (or gateway: llm-d-epp, dynamo; or OpenTelemetry GenAI metrics: otel-genai of an "
@@ -191,7 +191,7 @@ def simulate(
 
     exporter_down closes the whole HTTP server, so run it in a simulator process of its own.
     """
-    layer = (*GATEWAYS, *OTEL_GENAI)  # not an engine: no role, no token-count bounds of its own
+    layer = frozenset((*GATEWAYS, *OTEL_GENAI))  # not an engine: no role, no token-count bounds of its own
     if translation is not None and engine not in OTEL_GENAI:
         raise click.BadParameter(f"{engine} writes Prometheus names itself; only OpenTelemetry metrics are "
                                  "translated", param_hint="'--translation'")

@@ -493,6 +493,16 @@ def _counter_rates(ctx: Context, key: str, fleet: Fleet) -> list[tuple[dict[str,
     return [({}, rates.get(key, 1))]
 
 
+def counted_apart(ctx: Context) -> frozenset[str]:
+    """Names a gateway's error counter writes with its successful requests, where they are a
+    histogram's _count (gen_ai.server.request.duration: one series per error.type, "" for
+    successes): the histogram leaves its _count to the counter, so each request is written once."""
+    if not (ctx.has("gateway_errors") and ctx.has("requests_finished")):
+        return frozenset()
+    name = ctx.metric("gateway_errors")
+    return frozenset({name}) if ctx.metric("requests_finished") == name else frozenset()
+
+
 def accepted_at(fleet: Fleet, position: int) -> float:
     """Accepted tokens per second at a draft position (position 0: drafts x alpha, exact)."""
     return FIXED_RATES["spec_decode_drafts"] * fleet.acceptance / 100 * (fleet.acceptance / 100) ** position
@@ -544,7 +554,7 @@ def _histogram(ctx, key, base, fleet, needed, minutes, engine_labels, ranks) -> 
     if total and (metric.per_second != 1 or metric.bytes_per_unit != 1):  # in its own unit (ms, MiB)
         sum_rate = sum((Fraction(c) * Fraction(metric.wire_value(bs[min(j, len(bs) - 1)])) for j, c in dist), Fraction(0))
     for suffix, rate in (("_sum", sum_rate), ("_count", total)):
-        if f"{base}{suffix}" in needed:
+        if f"{base}{suffix}" in needed and f"{base}{suffix}" not in counted_apart(ctx):
             for rank in ranks:
                 out.append(series_entry(f"{base}{suffix}", engine_labels(rank), _counter(rate, n, minutes)))
     return out

@@ -37,10 +37,14 @@ def _le_value(op: str, text: str) -> float:
 
 
 def wire_keys(ctx: Context) -> dict[str, tuple[str, str]]:
-    """Exported series name -> (catalog key, histogram suffix)."""
+    """Exported series name -> (catalog key, histogram suffix); a histogram's _count that a counter
+    key reads (gen_ai.server.request.duration's requests and errors) stands for the counter."""
     out: dict[str, tuple[str, str]] = {}
     counted = ctx.has("errors")  # the client profiles: the count stands in for finished and failed operations
-    for key, m in ctx.catalog.metrics.items():
+    items = list(ctx.catalog.metrics.items())
+    if not counted:  # histograms first: a counter on the same name takes it over (gen_ai.server.*)
+        items.sort(key=lambda item: item[1].type != "histogram")
+    for key, m in items:
         if not ctx.has(key):
             continue
         for suffix in ("_bucket", "_sum", "_count") if m.type == "histogram" else ("",):
