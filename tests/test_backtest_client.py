@@ -4,7 +4,8 @@ the llm-d gateway's and the vLLM pods': two healthy hours, 40 minutes in which t
 between the application and the gateway drops and retries calls (8 % of operations time out
 with error_type="APITimeoutError", the others' first chunk 3 s later; the gateway and the pods
 serve what reaches them, fast and without error), then healthy hours again. The client's pages
-fire within the fault, nothing of the gateway or the pods fires, the healthy hours are silent."""
+fire within the fault, nothing of the gateway or the pods fires, the healthy hours are silent.
+A second history of 28 hours holds the token shift's day-long baseline."""
 
 from __future__ import annotations
 
@@ -150,3 +151,47 @@ def test_progress_and_table(history):
     assert result.exit_code == 0, result.output
     assert "spec app-otel-backtest: 2 pages" in result.stdout
     assert f"job=chat-frontend, layer=client, model_name={MODEL}, namespace=chat-app" in result.stdout, result.stdout
+
+
+SHIFT_AT = 26 * HOUR  # the application's prompts grow 2.5x: a template or retrieval release
+DAY_HOURS = 28  # of history: the token shift's baseline is the day before the last hour
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory):
+    """A day and more of one pod, the gateway and the application, whose input tokens per
+    operation grow 2.5x at hour 26; backtested over hours 25 to 28."""
+    spec = yaml.safe_load(SPEC.read_text())
+    shift = {"from": f"{SHIFT_AT // 60}m", "set": {"input_scale": 2.5}}
+    fleet = Fleet({"replicas": 1, "duration": f"{DAY_HOURS * 60}m", "client": {"events": [shift]}}, spec)
+    base = (int(time.time()) // HOUR - DAY_HOURS - 2) * HOUR
+    names = {s.name for s in load_rules(SPEC).raw}
+    tmp = tmp_path_factory.mktemp("backtest-client-day")
+    prom = backfilled_prometheus(tmp, fleet, base, names, every=2)  # 60 s scrapes
+    try:
+        result = run(
+            SPEC,
+            "--prometheus",
+            prom.url,
+            "--from",
+            base + 25 * HOUR,
+            "--to",
+            base + DAY_HOURS * HOUR,
+            "--format",
+            "json",
+        )
+        assert result.exit_code == 0, result.output
+        yield {"base": base, "doc": json.loads(result.stdout)}
+    finally:
+        prom.stop()
+
+
+def test_token_shift_reads_the_day_before(day):
+    """ClientTokenUsageShift's baseline (group -client-long, the day ending an hour ago) is
+    recorded from the history before --from: the input shift warns, the output does not."""
+    base, side = day["base"], day["doc"]["candidate"]
+    [episode] = side["episodes"]
+    assert (episode["alert"], episode["severity"]) == ("ClientTokenUsageShift", "warning"), side["episodes"]
+    assert episode["labels"]["token_type"] == "input" and episode["labels"]["layer"] == "client"
+    start = _t(episode["start"]) - (base + SHIFT_AT)
+    assert 40 * 60 <= start <= 70 * 60, start
