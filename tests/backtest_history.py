@@ -1,7 +1,8 @@
 """Days of a vLLM fleet's history in a real Prometheus, for `genobs backtest` tests and the
-bench: tests/fleet_series.py generates the series (with incidents at known times), they are
-written as OpenMetrics, `promtool tsdb create-blocks-from openmetrics` turns them into
-blocks, and a Prometheus on a free loopback port serves them."""
+bench: tests/fleet_series.py generates the series of every target (the replicas, and the
+gateway and the application in front of them when the fleet has them) with incidents at
+known times, they are written as OpenMetrics, `promtool tsdb create-blocks-from openmetrics`
+turns them into blocks, and a Prometheus on a free loopback port serves them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from e2e_support import Prometheus
-from fleet_series import STEP, Fleet, ReplicaSeries
+from fleet_series import STEP, Fleet
 
 
 def write_openmetrics(fleet: Fleet, path: Path, base: int, names: set[str], every: int = 1) -> int:
@@ -18,16 +19,15 @@ def write_openmetrics(fleet: Fleet, path: Path, base: int, names: set[str], ever
     written = 0
     with path.open("w", encoding="utf-8") as out:
         by_name: dict[str, list[str]] = {}
-        for r in fleet.replicas:
-            for s in ReplicaSeries(fleet, r).build():
-                if s.name not in names:
-                    continue
-                lines = by_name.setdefault(s.name, [])
-                labels = s.text()
-                for i in range(0, len(s.values), every):
-                    v = s.values[i]
-                    if isinstance(v, float):
-                        lines.append(f"{labels} {v!r} {base + i * STEP}\n")
+        for s in fleet.built():
+            if s.name not in names:
+                continue
+            lines = by_name.setdefault(s.name, [])
+            labels = s.text()
+            for i in range(0, len(s.values), every):
+                v = s.values[i]
+                if isinstance(v, float):
+                    lines.append(f"{labels} {v!r} {base + i * STEP}\n")
         for name in sorted(by_name):  # OpenMetrics wants each family's samples together
             out.writelines(by_name[name])
             written += len(by_name[name])

@@ -401,6 +401,11 @@ class Fleet:
     # --- generation ---------------------------------------------------------------------
 
     def series(self) -> list[dict[str, str]]:
+        return [{"series": s.text(), "values": encode(s.values)} for s in self.built()]
+
+    def built(self) -> list[Series]:
+        """Every target's series: the replicas', their GPUs', other targets', the gateway's and the
+        application's."""
         out: list[Series] = []
         kind = {"sglang": SglangReplicaSeries, "trtllm": TrtllmReplicaSeries}.get(self.engine, ReplicaSeries)
         for r in self.replicas:
@@ -423,7 +428,7 @@ class Fleet:
         if self.client is not None:
             for i in range(self.client.instances):
                 out.extend(ClientSeries(self, self.client, i).build())
-        return [{"series": s.text(), "values": encode(s.values)} for s in out]
+        return out
 
     @staticmethod
     def metric_names(series: list[dict[str, str]]) -> set[str]:
