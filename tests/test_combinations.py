@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from genobs import promtool as promtool_runs
+from genobs import testsplit
 from genobs.build import render_plan
 from genobs.catalog import ENGINES, GATEWAYS
 from genobs.compiler import load_plan
@@ -150,7 +152,25 @@ def _vmalert_tests(out: Path, promtool: str, name: str) -> None:
     tests = sorted(p for p in (out / "prometheus" / "tests").glob("*.yaml") if p.name != "baseline.test.yaml")
     for test in tests:
         shutil.copy(test, prom / "tests" / test.name)
-    _run([promtool, "test", "rules", *(f"tests/{t.name}" for t in tests)], cwd=prom)
+    _test_rules(prom, [prom / "tests" / t.name for t in tests], name)
+
+
+def _test_rules(prometheus: Path, tests: list[Path], name: str) -> None:
+    """promtool test rules on the generated tests as `genobs build` checks them: each test group
+    over only the rules it reads (genobs/testsplit.py, the verdict of the whole files: tests/
+    test_testsplit.py), in runs of about equal cost; a file that cannot be split runs whole."""
+    parts: list[testsplit.Part] = []
+    runs: list[list[Path]] = []
+    for test in tests:
+        split = testsplit.split_parts(prometheus, test.relative_to(prometheus), name)
+        if split is None:
+            runs.append([test])
+        else:
+            parts += split
+    runs += [[p.path for p in run] for run in testsplit.chunks(parts)]
+    for run in runs:
+        result = promtool_runs.test_rules(run, cwd=prometheus)
+        assert result.ok, result.output[-4000:]
 
 
 @pytest.mark.parametrize("clusters", CLUSTERS)
@@ -221,7 +241,7 @@ def test_combination(layout: str, clusters: str, tmp_path: Path, promtool: str):
     # every distinct rule file passes promtool; the generated tests pass; vmalert loads its files
     _run([promtool, "check", "rules", *map(str, checked.values())])
     prom = tmp_path / "prometheus" / "all" / "prometheus"
-    _run([promtool, "test", "rules", *sorted(str(p.relative_to(prom)) for p in (prom / "tests").glob("*.yaml"))], cwd=prom)
+    _test_rules(prom, sorted((prom / "tests").glob("*.yaml")), plan.name)
     _run([vmalert, "-dryRun", *(f"-rule={p}" for p in vm_files)])
     # vmalert's alerts, each reading in one hop, fire exactly as the generated tests expect (but the
     # baseline alerts: their tests feed the recorded series, where vmalert's alerts read raw ones)
