@@ -455,13 +455,7 @@ class Simulate:
         self.instance = self.url.removeprefix("http://").split("/", 1)[0]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
         self.proc.stdout.close()
         self.proc.stderr.close()
 

@@ -44,6 +44,7 @@ from tests.e2e_support import (
     poll,
     rule_files_of,
     rules_of,
+    stop_process,
     stopping,
 )
 from tests.vm_support import Alertmanager, running
@@ -103,13 +104,7 @@ class App:
         return float(line.split()[2].rstrip(":"))
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
         self.proc.stdout.close()
         self.log.close()
 
