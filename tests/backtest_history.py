@@ -7,6 +7,7 @@ turns them into blocks, and a Prometheus on a free loopback port serves them."""
 from __future__ import annotations
 
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 
 from e2e_support import Prometheus
@@ -46,3 +47,17 @@ def backfilled_prometheus(workdir: Path, fleet: Fleet, base: int, names: set[str
     prom = Prometheus(workdir, {"global": {"scrape_interval": "15s"}}, {})
     prom.start(timeout=120)
     return prom
+
+
+def report_time(text: str) -> float:
+    """A time of the backtest's JSON report (RFC 3339, UTC) as Unix seconds."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
+
+
+def episodes(side: dict, alert: str, severity: str) -> list[tuple[float, float]]:
+    """(start, end) of each episode of one alert and severity in a side of the report."""
+    return [
+        (report_time(e["start"]), report_time(e["end"]))
+        for e in side["episodes"]
+        if e["alert"] == alert and e["severity"] == severity
+    ]

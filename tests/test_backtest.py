@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import yaml
-from backtest_history import backfilled_prometheus
+from backtest_history import backfilled_prometheus, episodes, report_time
 from click.testing import CliRunner
 from e2e_support import PROMETHEUS, free_port
 from fleet_series import Fleet
@@ -84,16 +83,6 @@ def history(tmp_path_factory: pytest.TempPathFactory):
         prom.stop()
 
 
-def _t(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
-
-
-def _episodes(side: dict, alert: str, severity: str) -> list[tuple[float, float]]:
-    return [
-        (_t(e["start"]), _t(e["end"])) for e in side["episodes"] if e["alert"] == alert and e["severity"] == severity
-    ]
-
-
 # a page keeps firing this long after its condition ends (keep_firing_for: ServingCapacityLost's 5m + 1m)
 HOLD = 360
 
@@ -102,13 +91,13 @@ def test_ttft_degradation_fires_once_after_for(history):
     base, side = history["base"], history["doc"]["candidate"]
     start = base + TTFT_AT
     for severity in ("critical", "warning"):
-        [(a, b)] = _episodes(side, "VllmTtftP99High", severity)
+        [(a, b)] = episodes(side, "VllmTtftP99High", severity)
         hold = HOLD if severity == "critical" else 0
         # `for: 10m`, then within one evaluation plus one scrape of the degradation reaching the 5m rate
         assert start + 600 <= a <= start + 600 + EVAL + SCRAPE, (severity, a - start)
         # resolves once the 5m window no longer holds slow requests (a page: after its hold)
         assert start + TTFT_FOR + hold <= b <= start + TTFT_FOR + 300 + EVAL + SCRAPE + hold, (severity, b - start)
-    [(a, b)] = _episodes(side, "SloFirstTokenErrorBudgetBurnFast", "critical")
+    [(a, b)] = episodes(side, "SloFirstTokenErrorBudgetBurnFast", "critical")
     assert start < a <= start + 20 * 60 and start + TTFT_FOR < b <= start + TTFT_FOR + 3600 + EVAL + HOLD
 
 
@@ -116,15 +105,15 @@ def test_error_burn_pages_and_warns(history):
     base, side = history["base"], history["doc"]["candidate"]
     start = base + BURN_AT
     for severity in ("critical", "warning"):
-        [(a, b)] = _episodes(side, "VllmSuccessRatioLow", severity)
+        [(a, b)] = episodes(side, "VllmSuccessRatioLow", severity)
         hold = HOLD if severity == "critical" else 0
         assert start + 600 <= a <= start + 600 + EVAL + SCRAPE, (severity, a - start)
         assert start + BURN_FOR + hold <= b <= start + BURN_FOR + 300 + EVAL + SCRAPE + hold, (severity, b - start)
     # burn rate 40 (20% errors on a 99.5% objective): the 1h window passes 14.4 after ~22 minutes
-    [(a, b)] = _episodes(side, "SloAvailabilityErrorBudgetBurnFast", "critical")
+    [(a, b)] = episodes(side, "SloAvailabilityErrorBudgetBurnFast", "critical")
     assert start + 15 * 60 <= a <= start + 25 * 60 and start + BURN_FOR < b <= start + BURN_FOR + 3600 + HOLD
     # the slow burn (2h and 1d windows above 3, or 6h and 3d above 1) warns during the incident
-    [(a, b)] = _episodes(side, "SloAvailabilityErrorBudgetBurnSlow", "warning")
+    [(a, b)] = episodes(side, "SloAvailabilityErrorBudgetBurnSlow", "warning")
     assert start < a <= start + BURN_FOR and start + BURN_FOR < b <= start + BURN_FOR + 6 * 3600 + 300
 
 
@@ -144,12 +133,12 @@ def test_only_the_incidents_fire_and_the_quiet_days_are_silent(history):
         ]
     )
     for e in side["episodes"]:  # nothing on day 1 or day 3
-        assert base + DAY <= _t(e["start"]) and _t(e["end"]) < base + 2 * DAY, e
+        assert base + DAY <= report_time(e["start"]) and report_time(e["end"]) < base + 2 * DAY, e
     assert (side["pages"], side["warnings"]) == (4, 4)
     assert side["pages_per_day"] == pytest.approx(4 / 3, abs=1e-3)
     rows = {(a["alert"], a["severity"]): a for a in side["alerts"]}
     ttft = rows[("VllmTtftP99High", "critical")]
-    [(a, b)] = _episodes(side, "VllmTtftP99High", "critical")
+    [(a, b)] = episodes(side, "VllmTtftP99High", "critical")
     assert ttft["fired"] == 1 and ttft["firing_seconds"] == ttft["longest_seconds"] == b - a
     assert rows[("VllmKvCacheSaturated", "warning")]["fired"] == 0
 
@@ -158,8 +147,8 @@ def test_looser_baseline_misses_the_ttft_incident(history):
     doc = history["doc"]
     baseline, candidate = doc["baseline"], doc["candidate"]
     assert baseline["spec"] == candidate["spec"] == "chat-backtest"
-    assert not _episodes(baseline, "VllmTtftP99High", "critical")
-    assert not _episodes(baseline, "VllmTtftP99High", "warning")
+    assert not episodes(baseline, "VllmTtftP99High", "critical")
+    assert not episodes(baseline, "VllmTtftP99High", "warning")
 
     # everything else is the same rules over the same history: the same episodes
     def same(e: dict) -> tuple:

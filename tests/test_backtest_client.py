@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import yaml
-from backtest_history import backfilled_prometheus
+from backtest_history import backfilled_prometheus, episodes, report_time
 from click.testing import CliRunner
 from e2e_support import PROMETHEUS
 from fleet_series import Fleet
@@ -67,22 +66,12 @@ def history(tmp_path_factory: pytest.TempPathFactory):
         prom.stop()
 
 
-def _t(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
-
-
-def _episodes(side: dict, alert: str, severity: str) -> list[tuple[float, float]]:
-    return [
-        (_t(e["start"]), _t(e["end"])) for e in side["episodes"] if e["alert"] == alert and e["severity"] == severity
-    ]
-
-
 def test_the_application_pages_within_the_fault(history):
     base, side = history["base"], history["doc"]["candidate"]
     start, end = base + FAULT_AT, base + FAULT_AT + FAULT_FOR
     for alert in ("ClientErrorRatioHigh", "ClientTtftP99High"):
         for severity in ("critical", "warning"):
-            [(a, b)] = _episodes(side, alert, severity)
+            [(a, b)] = episodes(side, alert, severity)
             # `for: 10m` after the 5m window passes the threshold, within one evaluation and one scrape
             assert start + 600 <= a <= start + WINDOW + 600 + EVAL + SCRAPE, (alert, severity, a - start)
             hold = HOLD if severity == "critical" else 60
@@ -106,7 +95,7 @@ def test_only_the_application_fires(history):
         # one series per model, the application's name of it mapped to the pods' (model_names)
         assert labels["layer"] == "client" and labels["model_name"] == MODEL, labels
         assert (labels["namespace"], labels["job"]) == ("chat-app", "chat-frontend"), labels
-        assert base + FAULT_AT < _t(e["start"]) and _t(e["end"]) < base + FAULT_AT + FAULT_FOR + 1200, e
+        assert base + FAULT_AT < report_time(e["start"]) and report_time(e["end"]) < base + FAULT_AT + FAULT_FOR + 1200, e
     assert (side["pages"], side["warnings"]) == (2, 2)
     rows = {(a["alert"], a["severity"]): a for a in side["alerts"]}
     # the gateway's and the pods' rules were evaluated over the same history, and stayed silent
@@ -193,5 +182,5 @@ def test_token_shift_reads_the_day_before(day):
     [episode] = side["episodes"]
     assert (episode["alert"], episode["severity"]) == ("ClientTokenUsageShift", "warning"), side["episodes"]
     assert episode["labels"]["token_type"] == "input" and episode["labels"]["layer"] == "client"
-    start = _t(episode["start"]) - (base + SHIFT_AT)
+    start = report_time(episode["start"]) - (base + SHIFT_AT)
     assert 40 * 60 <= start <= 70 * 60, start
