@@ -1021,13 +1021,19 @@ class GatewayModel:
         release = next(r for r in DATA["llm_d_epp"]["releases"] if in_range(r, self.version))
         # dual emission: a release writes its own names and the deprecated twins (emits: [..] overrides)
         self.emits = list(data.pop("emits", release["emits"]))
-        self.job = data.pop("job", selector.get("job", "llm-d-epp"))
-        self.namespace = data.pop("namespace", selector.get("namespace", namespace))
         self.pool = data.pop("pool", pool)  # the InferencePool's name (label `name` of the pool gauges)
-        self.traffic = {**GATEWAY_DEFAULTS, **(data.pop("traffic", {}) or {})}
-        self.split_by, self.events = _gateway_events(data, GATEWAY_DEFAULTS, "gateway")
+        self._read(data, selector, namespace, "llm-d-epp", GATEWAY_DEFAULTS, "gateway")
+
+    def _read(self, data: dict, selector: dict, namespace: str, job: str, defaults: dict, what: str) -> None:
+        """What every gateway of the fleet has: its target labels (the spec's selector, else `job` and
+        the fleet's namespace), traffic over `defaults`, `split_by` and events; any field left in
+        `data` is unknown."""
+        self.job = data.pop("job", selector.get("job", job))
+        self.namespace = data.pop("namespace", selector.get("namespace", namespace))
+        self.traffic = {**defaults, **(data.pop("traffic", {}) or {})}
+        self.split_by, self.events = _gateway_events(data, defaults, what)
         if data:
-            raise ValueError(f"unknown gateway fields: {', '.join(sorted(data))}")
+            raise ValueError(f"unknown {what} fields: {', '.join(sorted(data))}")
 
     def at(self, t: int, value: str | None = None) -> dict[str, Any]:
         """The traffic of the gateway (of the one in front of the replicas labelled `value`)."""
@@ -1200,13 +1206,8 @@ class DynamoModel(GatewayModel):
         selector = dict(spec.get("selector") or {})
         self.version = version(data.pop("version", spec.get("engine_version", "1.6.1")))
         self.emits = []
-        self.job = data.pop("job", selector.get("job", "dynamo-frontend"))
-        self.namespace = data.pop("namespace", selector.get("namespace", namespace))
         self.pool = pool
-        self.traffic = {**DYNAMO_DEFAULTS, **(data.pop("traffic", {}) or {})}
-        self.split_by, self.events = _gateway_events(data, DYNAMO_DEFAULTS, "dynamo frontend")
-        if data:
-            raise ValueError(f"unknown dynamo frontend fields: {', '.join(sorted(data))}")
+        self._read(data, selector, namespace, "dynamo-frontend", DYNAMO_DEFAULTS, "dynamo frontend")
 
 
 class DynamoSeries(GatewaySeries):
@@ -1286,13 +1287,8 @@ class OtelServerModel(GatewayModel):
         selector = dict(spec.get("selector") or {})
         self.version = version(data.pop("conventions", spec.get("conventions", "1.44.0")))
         self.emits = []
-        self.job = data.pop("job", selector.get("job", "envoy-ai-gateway"))
-        self.namespace = data.pop("namespace", selector.get("namespace", namespace))
         self.pool = pool
-        self.traffic = {**OTEL_SERVER_DEFAULTS, **(data.pop("traffic", {}) or {})}
-        self.split_by, self.events = _gateway_events(data, OTEL_SERVER_DEFAULTS, "otel-genai-server gateway")
-        if data:
-            raise ValueError(f"unknown otel-genai-server gateway fields: {', '.join(sorted(data))}")
+        self._read(data, selector, namespace, "envoy-ai-gateway", OTEL_SERVER_DEFAULTS, "otel-genai-server gateway")
 
 
 class OtelServerSeries(GatewaySeries):
