@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from genobs import data as data_files
 from genobs import naming, translations
 from genobs import promql as q
-from genobs.catalog import format_version, load_catalog, parse_version
+from genobs.catalog import load_catalog
 from genobs.errors import Problem
 from genobs.plan import client_tokens
 from genobs.plan.alerts import Resolved, format_threshold, labels_template
 from genobs.plan.context import Context
-from genobs.plan.gateway import _matcher, runbook_entries
+from genobs.plan.gateway import _matcher, known_release, runbook_entries
 from genobs.plan.model import AlertRule, GatewayLayer, Panel, RecordingRule, Row, RunbookEntry, Target
 from genobs.plan.recorder import Recorder
 from genobs.plan.recording import _histogram
@@ -57,18 +57,9 @@ def client_context(doc, ctx: Context, problems: list[Problem]) -> Context | None
         problems.append(doc.problem(("client", "otel", "translation"), refused))
         return None
     catalog = load_catalog("otel-genai", translation)
-    version = catalog.max_version
-    if cl.conventions is not None:
-        version = parse_version(cl.conventions)  # the spec model checked the form
-        if not catalog.min_version <= version <= catalog.max_version:
-            known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
-            problems.append(
-                doc.problem(
-                    ("client", "conventions"),
-                    f"semantic conventions {cl.conventions} are outside the releases genobs knows ({known})",
-                )
-            )
-            return None
+    version = known_release(doc, problems, ("client", "conventions"), catalog, cl.conventions, True)
+    if version is None:
+        return None
     if "job" not in cl.selector:
         problems.append(
             doc.problem(
@@ -316,6 +307,18 @@ def _inhibit(
     return tuple(rules)
 
 
+def burn_names(burns, which: str, signal: str) -> set[str]:
+    """The burn alerts on `signal` of the SLOs read at `which` ("gateway" | "pods"; `burns`:
+    (where, burn alerts) pairs), not their SLI-unavailable warnings."""
+    return {
+        a.name
+        for w, alerts in burns
+        if w == which
+        for a in alerts
+        if a.signal == signal and a.name != naming.slo_unavailable(dict(a.labels).get("slo", ""))
+    }
+
+
 def _targets(
     ctx: Context,
     gctx: Context | None,
@@ -337,13 +340,7 @@ def _targets(
             signal = data[lv.key]["signal"]
             own = takes.get(lv.pod_key) if which == "gateway" else ctx.alert(lv.pod_key)
             names = {own} if own is not None and (which == "pods" or own in gw_alerts) else set()
-            names |= {
-                a.name
-                for w, alerts in burns
-                if w == which
-                for a in alerts
-                if a.signal == signal and a.name != naming.slo_unavailable(dict(a.labels).get("slo", ""))
-            }
+            names |= burn_names(burns, which, signal)
             if names:
                 by_signal[signal] = tuple(sorted(names))
         out.append((layer, by_signal))

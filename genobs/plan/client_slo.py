@@ -13,6 +13,7 @@ from dataclasses import replace
 from genobs import naming
 from genobs import promql as q
 from genobs.plan.alerts import signal_data
+from genobs.plan.client import burn_names
 from genobs.plan.context import Context
 from genobs.plan.gateway import _matcher, gateway_data
 from genobs.plan.model import AlertRule
@@ -35,13 +36,7 @@ def _theirs(
         key = _primary(signal)
         if key is not None and key in signal_data()["alerts"]:
             names.add(layer.alert(key))
-    names |= {
-        a.name
-        for w, alerts in burns
-        if w == which
-        for a in alerts
-        if a.signal == signal and a.name != naming.slo_unavailable(dict(a.labels).get("slo", ""))
-    }
+    names |= burn_names(burns, which, signal)
     return sorted(names)
 
 

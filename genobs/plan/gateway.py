@@ -111,20 +111,29 @@ def _catalog(doc, gw, problems: list[Problem]):
             problems.append(doc.problem(("gateway", "otel", "translation"), refused))
             return None
     catalog = load_catalog(gw.engine, translation)
-    version = catalog.max_version
-    given = getattr(gw, own)
-    if given is not None:
-        version = parse_version(given)  # the spec model checked the form
-        if not catalog.min_version <= version <= catalog.max_version:
-            known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
-            text = (
-                f"semantic conventions {given} are outside the releases genobs knows ({known})"
-                if otel_profile
-                else f"{catalog.display_name} {given} is outside the versions genobs knows ({known})"
-            )
-            problems.append(doc.problem(("gateway", own), text))
-            return None
+    version = known_release(doc, problems, ("gateway", own), catalog, getattr(gw, own), otel_profile)
+    if version is None:
+        return None
     return catalog.at(version), version
+
+
+def known_release(doc, problems: list, field: tuple[str, ...], catalog, given: str | None, conventions: bool):
+    """The release a spec block names in `field` (`given`; the newest the profile knows when
+    None), or None with a located problem when the profile does not know it. `conventions`: the
+    release is an OpenTelemetry semantic-conventions one, not the engine's own."""
+    if given is None:
+        return catalog.max_version
+    version = parse_version(given)  # the spec model checked the form
+    if catalog.min_version <= version <= catalog.max_version:
+        return version
+    known = f"{format_version(catalog.min_version)} to {format_version(catalog.max_version)}"
+    text = (
+        f"semantic conventions {given} are outside the releases genobs knows ({known})"
+        if conventions
+        else f"{catalog.display_name} {given} is outside the versions genobs knows ({known})"
+    )
+    problems.append(doc.problem(field, text))
+    return None
 
 
 @dataclass(frozen=True)
