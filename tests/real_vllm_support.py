@@ -252,9 +252,16 @@ def bench_serve(
         "--result-filename",
         name,
     ]
+    # the load tool's priority above the rest of the machine's where allowed (root; coreutils' nice
+    # runs the command at its own priority otherwise): on cores shared with other work its
+    # client-side latencies held its own wait for a core (a TTFT p99 of 2.6 s against the server's
+    # 0.5 s beside two busy loops); the server keeps its priority, so its own delays stay in both
+    cmd = ["nice", "-n", "-10", *cmd]
     done = subprocess.run(cmd, env=engine_env(), capture_output=True, text=True, timeout=prompts / rate + 300)
     if done.returncode != 0:
-        raise RuntimeError(f"vllm bench serve exited with {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        raise RuntimeError(
+            f"vllm bench serve exited with {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
     return json.loads((out / name).read_text())
 
 

@@ -361,19 +361,23 @@ def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
     held, since = 0.0, time.monotonic()
     for attempt in range(1, 4):
         _idle_for(stack, STEP)
-        stack.load(Client(stack.server.url, rate=40.0, max_tokens=480, min_tokens=470, timeout=300.0, limit=8))
-        seen: list[float] = []  # running requests in every scrape until the eight run
+        client = stack.load(Client(stack.server.url, rate=40.0, max_tokens=480, min_tokens=470, timeout=300.0, limit=8))
+        seen: list[tuple[float, float]] = []  # (running, waiting) in every scrape until the eight run
+
+        def eight_running(seen: list[tuple[float, float]] = seen) -> bool:
+            body = stack.server.metrics()
+            seen.append((sample(body, "vllm:num_requests_running"), sample(body, "vllm:num_requests_waiting")))
+            return seen[-1][0] >= 8
+
         try:
-            poll(
-                lambda seen=seen: (
-                    seen.append(sample(stack.server.metrics(), "vllm:num_requests_running")) or seen[-1] >= 8
-                ),
-                time.monotonic() + 30,
-                0.05,
-                "eight running requests",
-            )
+            poll(eight_running, time.monotonic() + 30, 0.05, "eight running requests")
         except TimeoutError:
-            figure("held hang", f"attempt {attempt}: most requests running in a scrape (of 8)", max(seen, default=0.0))
+            most = max(seen, default=(0.0, 0.0))
+            figure(
+                "held hang",
+                f"attempt {attempt}: most running (waiting) in a scrape of {len(seen)}; the client's outcomes",
+                f"{most[0]:g} ({max((w for _, w in seen), default=0.0):g}); {dict(client.stats)}",
+            )
             stack.quiet(drain=30)
             continue
         time.sleep(0.2)  # their first tokens are out: no TTFT waits on the hang
