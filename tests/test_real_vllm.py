@@ -34,6 +34,7 @@ from tests.real_vllm_support import (
     MODEL,
     AlertWatcher,
     Client,
+    Streams,
     VllmServer,
     bench_serve,
     make_model,
@@ -355,48 +356,40 @@ def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
         "the last hang's warning to resolve",
     )
     core = stack.server.engine_core()
-    # on an idle machine the tiny model decodes 480 tokens in about 3 s: the stop can come after the
-    # eight finished, which is an idle hang (the phase before), or the eight can finish between two
-    # scrapes before any shows them all running, so the phase is tried again
-    held, since = 0.0, time.monotonic()
+    # eight streamed answers of 470 tokens or more: the engine core stops once every one of them has
+    # its first token out and none has ended (what the clients saw: the running gauge, read in
+    # scrapes, missed whole bursts). On an idle machine the tiny model decodes them in a few
+    # seconds, so a stop can still come after one ended: the phase is tried again.
+    held, since = 0, time.monotonic()
     for attempt in range(1, 4):
         _idle_for(stack, STEP)
-        client = stack.load(Client(stack.server.url, rate=40.0, max_tokens=480, min_tokens=470, timeout=300.0, limit=8))
-        seen: list[tuple[float, float]] = []  # (running, waiting) in every scrape until the eight run
-
-        def eight_running(seen: list[tuple[float, float]] = seen) -> bool:
-            body = stack.server.metrics()
-            seen.append((sample(body, "vllm:num_requests_running"), sample(body, "vllm:num_requests_waiting")))
-            return seen[-1][0] >= 8
-
-        try:
-            poll(eight_running, time.monotonic() + 30, 0.05, "eight running requests")
-        except TimeoutError:
-            most = max(seen, default=(0.0, 0.0))
+        streams = Streams(stack.server.url, 8, min_tokens=470)
+        if not streams.all_started(timeout=60):
             figure(
                 "held hang",
-                f"attempt {attempt}: most running (waiting) in a scrape of {len(seen)}; the client's outcomes",
-                f"{most[0]:g} ({max((w for _, w in seen), default=0.0):g}); {dict(client.stats)}",
+                f"attempt {attempt}: first tokens out / ended",
+                f"{sum(e.is_set() for e in streams.first)} / {8 - streams.unfinished()}; {dict(streams.outcomes)}",
             )
-            stack.quiet(drain=30)
+            streams.join(timeout=60)
             continue
-        time.sleep(0.2)  # their first tokens are out: no TTFT waits on the hang
         os.kill(core, signal.SIGSTOP)
         since = time.monotonic()
-        body = stack.server.metrics()
-        held = sample(body, "vllm:num_requests_running") + sample(body, "vllm:num_requests_waiting")
+        held = streams.unfinished()
         if held == 8:
             break
         os.kill(core, signal.SIGCONT)
-        stack.quiet(drain=30)
+        streams.join(timeout=60)
     figure("held hang", "attempts until the stop held the eight requests", attempt)
-    figure("held hang", "requests held when the engine core stopped", held)
-    assert held == 8, f"the engine held {held:g} requests, not the 8 sent, in {attempt} attempts"
+    figure("held hang", "requests held when the engine core stopped (clients' view)", held)
+    assert held == 8, f"the engine held {held} requests, not the 8 sent, in {attempt} attempts"
+    body = stack.server.metrics()
+    gauges = sample(body, "vllm:num_requests_running"), sample(body, "vllm:num_requests_waiting")
+    figure("held hang", "running / waiting the engine reported once stopped", f"{gauges[0]:g} / {gauges[1]:g}")
     try:
         warned = stack.watcher.wait("VllmEngineHung", ACTIVE, since, timeout=WINDOW + 45)
     finally:
         os.kill(core, signal.SIGCONT)
-        stack.quiet(drain=30)
+        streams.join(timeout=60)
     active = _active(stack, since)
     assert warned is not None, f"a hang holding requests went unseen: {active}"
     figure("held hang", "EngineHung pending after (s)", warned)
