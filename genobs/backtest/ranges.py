@@ -3,7 +3,11 @@ of a bounded size. Each answer holds evaluations × series points, and promhttp 
 past 32 MiB or 400,000 lists (a point is one): a fleet of 350 engine ranks at 2,000 steps
 would be refused. So the steps of the next query follow the series of the last answer
 (POINTS_PER_ANSWER points), and an answer refused as too large (by promhttp, or by the
-server's own sample or resolution limits) is asked again with half the steps."""
+server's own sample or resolution limits) is asked again with half the steps. What a query
+costs the server grows with its steps times the raw series it reads, which no answer shows (a
+bucket rate over 1,000 engine ranks answers a few series and reads 20,000): a query that gets no
+answer within --timeout is asked again with half the steps it asked, and no later query of the
+run asks the server for more (a day over 1,000 ranks timed out at 2,000 steps)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ TOO_LARGE = (
     "exceeded maximum resolution",  # Prometheus: steps
     "too many samples",  # Prometheus: --query.max-samples
 )
+TIMED_OUT = "no complete answer within"  # genobs.promhttp: the request's --timeout ran out
 
 
 def grid(t: float, interval: float) -> float:
@@ -31,11 +36,18 @@ def grid(t: float, interval: float) -> float:
 class Steps:
     """How many evaluations the next query asks for, learnt from the answers so far."""
 
-    def __init__(self) -> None:
-        self.steps = STEPS_PER_QUERY
+    def __init__(self, ceiling: int = STEPS_PER_QUERY) -> None:
+        self.ceiling = self.steps = max(1, min(ceiling, STEPS_PER_QUERY))
 
     def answered(self, series: int) -> None:
-        self.steps = max(1, min(STEPS_PER_QUERY, POINTS_PER_ANSWER // max(series, 1)))
+        self.steps = max(1, min(self.ceiling, POINTS_PER_ANSWER // max(series, 1)))
+
+    def timed_out(self, asked: int) -> bool:
+        """Half the steps asked, and never more again; False when one step timed out."""
+        if asked <= 1:
+            return False
+        self.ceiling = self.steps = max(1, asked // 2)
+        return True
 
     def refused(self) -> bool:
         """Halve the steps; False when one step was refused already (no smaller question)."""
@@ -50,7 +62,7 @@ def evaluations(
 ) -> Iterator[tuple[float, float, list[dict]]]:
     """(a, b, result) per answer of `expr` evaluated every `step` from `first` to `last`: the
     answers cover the evaluations in order, each at most steps.steps long."""
-    steps = steps or Steps()
+    steps = steps or Steps(server.steps_ceiling)
     a = first
     while a <= last:
         b = min(last, a + (steps.steps - 1) * step)
@@ -59,6 +71,9 @@ def evaluations(
             data = server.ask("query_range", params, True)
         except PrometheusError as exc:
             if any(why in str(exc) for why in TOO_LARGE) and steps.refused():
+                continue
+            if TIMED_OUT in str(exc) and steps.timed_out(round((b - a) / step) + 1):
+                server.steps_ceiling = min(server.steps_ceiling, steps.ceiling)
                 continue
             raise
         result = data["result"]  # type: ignore[index]  (ask checked it is a matrix)

@@ -69,7 +69,7 @@ def _secrets(authorization: str) -> tuple[str, ...]:
 class Source:
     """A Prometheus HTTP API to ask, with its credentials and the run's deadline."""
 
-    __slots__ = ("url", "shown", "_authorization", "_secrets", "timeout", "deadline")
+    __slots__ = ("url", "shown", "_authorization", "_secrets", "timeout", "deadline", "steps_ceiling")
 
     def __init__(
         self,
@@ -93,6 +93,8 @@ class Source:
         self._secrets = _secrets(authorization) if authorization else ()
         self.timeout = timeout
         self.deadline = deadline
+        # the most evaluations one query_range may ask of it: lowered when one got no answer in time
+        self.steps_ceiling = 1 << 30
 
     def __repr__(self) -> str:
         return f"Source({self.shown!r})"
