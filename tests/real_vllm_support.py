@@ -273,6 +273,15 @@ def bench_serve(
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel the quick brown fox jumps over lazy dog hello world".split()
 
 
+def prompt(i: int) -> str:
+    """Request i's prompt: 16 to 31 words, different from its neighbours'."""
+    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(16 + i % 16))
+
+
+def completion_request(url: str, body: dict) -> urllib.request.Request:
+    return urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+
+
 @dataclass
 class Client:
     """An open-loop client in threads: Poisson-free, evenly spaced requests at `rate`/s with
@@ -304,16 +313,13 @@ class Client:
             body["logit_bias"] = {str(EOS): self.eos_bias}
             if self.min_tokens:
                 body["min_tokens"] = self.min_tokens
-        prompt = " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(16 + i % 16))
         if chat:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = [{"role": "user", "content": prompt(i)}]
             path = "/v1/chat/completions"
         else:
-            body["prompt"] = prompt
+            body["prompt"] = prompt(i)
             path = "/v1/completions"
-        req = urllib.request.Request(
-            self.url + path, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
-        )
+        req = completion_request(self.url + path, body)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 r.read()
@@ -380,18 +386,15 @@ class Streams:
             t.start()
 
     def _one(self, url: str, i: int, min_tokens: int, timeout: float) -> None:
-        prompt = " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(16 + i % 16))
         body = {
             "model": MODEL,
-            "prompt": prompt,
+            "prompt": prompt(i),
             "max_tokens": min_tokens + 10,
             "min_tokens": min_tokens,
             "stream": True,
             "temperature": 1.0,
         }
-        req = urllib.request.Request(
-            url + "/v1/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
-        )
+        req = completion_request(url + "/v1/completions", body)
         outcome = "error"
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
