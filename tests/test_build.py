@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import strategies as st
 
+from genobs import yamlfast
 from genobs.build import render_spec
 from genobs.catalog import load_catalog, parse_version
 from genobs.cli import main
@@ -19,6 +21,7 @@ from genobs.compiler import build_plan
 from genobs.loader import load_spec
 from genobs.promql import metric_names
 from genobs.render.dashboard import flat_panels
+from genobs.writer import dump_yaml, header
 from tests.conftest import REPO, SPECS
 
 SPEC_IDS = [p.stem for p in SPECS]
@@ -98,13 +101,18 @@ def test_every_raw_metric_exists_for_the_engine_version(spec: Path):
     catalog = load_catalog(plan.engine)
     exported = catalog.names_for(parse_version(plan.engine_version)) | {"up"}
     # kube-state-metrics' documented HPA series, read by VllmAutoscalerAtMaxReplicas (not a vLLM metric)
-    exported |= {"kube_horizontalpodautoscaler_status_current_replicas", "kube_horizontalpodautoscaler_spec_max_replicas"}
+    exported |= {
+        "kube_horizontalpodautoscaler_status_current_replicas",
+        "kube_horizontalpodautoscaler_spec_max_replicas",
+    }
     # dcgm-exporter's default counters (features.gpu_metrics), from the fleet's hand copy, not genobs' data
     exported |= set(yaml.safe_load((REPO / "tests" / "fleet_metrics.yaml").read_text())["dcgm"].values())
     gw = doc.spec.gateway
     if gw is not None:  # the gateway's own series (tests/test_gateway.py checks them against its catalog rows)
         gw_catalog = load_catalog(gw.engine)
-        exported |= gw_catalog.names_for(parse_version(gw.engine_version) if gw.engine_version else gw_catalog.max_version)
+        exported |= gw_catalog.names_for(
+            parse_version(gw.engine_version) if gw.engine_version else gw_catalog.max_version
+        )
     cl = doc.spec.client
     if cl is not None:  # the application's OpenTelemetry GenAI series (tests/test_client.py)
         cl_catalog = load_catalog("otel-genai", cl.otel.translation)
@@ -223,7 +231,9 @@ def test_dashboard_panels_have_units_descriptions_and_do_not_overlap(spec: Path)
     assert variables[1:] == [*own, *(v for v in drill if v not in own)]
 
 
-_TRICKY = list("abz09 :#-'\"\\{}[]|>&*!%@`,?\t\n\r\x00\x1b\x7f\x85\x9f\xa0é中\u2028\u2029\u3000\ud7ff\ue000\ufeff\uffff😀")
+_TRICKY = list(
+    "abz09 :#-'\"\\{}[]|>&*!%@`,?\t\n\r\x00\x1b\x7f\x85\x9f\xa0é中\u2028\u2029\u3000\ud7ff\ue000\ufeff\uffff😀"
+)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
@@ -235,6 +245,92 @@ def test_libyaml_and_pure_python_emitters_write_the_same_rules_and_tests(spec: P
 
     for data in [*render_rule_files(plan).values(), *(doc for _, doc in plan.unit_tests)]:
         assert dump_yaml(data, plan.name) == dump_yaml(data, plan.name, pure=True)
+        # written by genobs' own writer, not handed back to PyYAML
+        assert (header(plan.name) + yamlfast.dump(data)).encode() == dump_yaml(data, plan.name, pure=True)
+
+
+_PRINTABLE = list("abz09 :#-'\"\\{}[]|>&*!%@`,?.~=<\n\xa0é中\u3000\ud7ff\ue000\uffef")  # what the writer writes itself
+_SCALARS = st.one_of(
+    st.text(alphabet=st.sampled_from(_TRICKY), max_size=12),
+    st.text(alphabet=st.sampled_from(_PRINTABLE), max_size=12),
+    st.sampled_from(
+        [
+            "",
+            "1",
+            "0x1F",
+            "1e3",
+            "1_000",
+            "yes",
+            "No",
+            "~",
+            "null",
+            "<<",
+            "=",
+            "2026-12-06",
+            ".5",
+            "-.inf",
+            "a: b",
+            "a:b",
+            "a #b",
+            "a#b",
+            "- a",
+            "-a",
+            "? a",
+            "[x]",
+            "x]",
+            "'q'",
+            "q'q",
+            "---x",
+            "...",
+            "a\nb",
+            " a\nb",
+            "a \nb",
+            "a\n b",
+            "a\n",
+            "\na",
+            "x" * 130,
+            "é中",
+        ]
+    ),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+)
+_KEYS = st.one_of(
+    st.text(alphabet=st.sampled_from([c for c in _PRINTABLE if c != "\n"]), min_size=1, max_size=8),
+    st.sampled_from(["expr", "a b", "1", "yes", "x" * 99, "x" * 100, ""]),
+)
+_DOCUMENTS = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4)),
+    max_leaves=24,
+)
+
+
+def test_genobs_yaml_writer_writes_what_pyyaml_writes_or_hands_the_document_back():
+    """genobs/yamlfast.py on random documents (nested mappings and lists of tricky text, numbers,
+    booleans, None): it writes PyYAML's bytes or raises Unsupported, and the bytes dump_yaml
+    returns never depend on which writer wrote them."""
+    from hypothesis import given, settings
+
+    written = []
+
+    @settings(max_examples=1500, derandomize=True, database=None, deadline=None)
+    @given(st.dictionaries(_KEYS, _DOCUMENTS, min_size=1, max_size=4))
+    def check(data: dict) -> None:
+        pure = dump_yaml(data, "s", pure=True)
+        try:
+            fast = yamlfast.dump(data)
+        except yamlfast.Unsupported:
+            written.append(False)
+        else:
+            written.append(True)
+            assert (header("s") + fast).encode() == pure, repr(data)
+        assert dump_yaml(data, "s") == pure, repr(data)
+
+    check()
+    assert sum(written) > len(written) / 5, (sum(written), len(written))  # a good share went through genobs' writer
 
 
 def test_libyaml_and_pure_python_emitters_agree_on_any_text():

@@ -1,0 +1,231 @@
+"""A block-style YAML writer for the documents genobs generates: dicts with text keys, lists,
+text, integers, floats, booleans and None. It writes byte for byte what PyYAML's emitters write with
+dump_yaml's options (block style, indent 2, sequences in mappings not indented, width 100000,
+unicode as is, text with a line break as a `|` block) and gives up (`Unsupported`) on anything
+else: other types, shared dicts or lists (PyYAML writes anchors), keys that are not
+simple, characters or line breaks that need escapes or a double-quoted scalar, text long enough
+to be folded. The caller then uses PyYAML. tests/test_build.py compares the bytes with PyYAML's
+pure-Python emitter on every generated document and on random text.
+
+Why: PyYAML builds a node per value and asks its resolver twice per scalar before libyaml
+writes it; most of a build's YAML time went there. The style of a text is decided once per
+distinct text here (a generated test repeats the same few thousand texts)."""
+
+from __future__ import annotations
+
+import re
+
+# what PyYAML's resolver reads as something other than text when plain (int, float, bool, null,
+# timestamp, merge, value: yaml/resolver.py's implicit resolvers, first characters included)
+_IMPLICIT = re.compile(
+    r"""(?:yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF
+    |[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN)
+    |[-+]?0b[0-1_]+
+    |[-+]?0[0-7_]+
+    |[-+]?(?:0|[1-9][0-9_]*)
+    |[-+]?0x[0-9a-fA-F_]+
+    |[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+
+    |<<
+    |~|null|Null|NULL|
+    |[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]
+    |[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?(?:[Tt]|[ \t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9](?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?
+    |=)$""",
+    re.X,
+)
+# characters PyYAML's analysis calls special (written escaped, double-quoted) or that make the
+# emitters differ: anything outside printable ASCII, newline and the BMP's printable range
+_SPECIAL = re.compile("[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd]")
+_FLOAT = re.compile(
+    r"""(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+_INF = float("inf")
+_WIDTH = 90000  # well under dump_yaml's width: PyYAML folds quoted and plain text past it
+
+
+class Unsupported(Exception):
+    """A document this writer does not write the way PyYAML would."""
+
+
+def _analyze(text: str) -> tuple[bool, bool, bool]:
+    """(block plain allowed, single-quoted allowed, literal block allowed) of a non-empty text,
+    as yaml/emitter.py's analyze_scalar decides them for the characters _SPECIAL lets through."""
+    block = False
+    if text.startswith(("---", "...")):
+        block = True
+    n = len(text)
+    first = text[0]
+    followed = n == 1 or text[1] in " \n"
+    if first in "#,[]{}&*!|>'\"%@`":
+        block = True
+    elif first in "?:" and followed:
+        block = True
+    elif first == "-" and followed:
+        block = True
+    if not block:
+        if ": " in text or " #" in text or text.endswith(":") or ":\n" in text or "\n#" in text:
+            block = True
+    line_breaks = "\n" in text
+    leading = first in " \n"
+    trailing_space = text[-1] == " "
+    trailing = trailing_space or text[-1] == "\n"
+    space_break = " \n" in text
+    break_space = "\n " in text
+    plain = not (line_breaks or block or leading or trailing or space_break or break_space)
+    single = not (space_break or break_space)
+    literal = not (space_break or trailing_space)
+    return plain, single, literal
+
+
+class _Writer:
+    __slots__ = ("parts", "seen", "values", "keys")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.seen: set[int] = set()
+        self.values: dict[str, str] = {}  # text -> how it is written after "key:" or "-"
+        self.keys: dict[str, str] = {}
+
+    def key(self, k: object) -> str:
+        if type(k) is not str:
+            raise Unsupported("a key that is not text")
+        found = self.keys.get(k)
+        if found is None:
+            if not k or "\n" in k or len(k) >= 100 or _SPECIAL.search(k):
+                raise Unsupported("a key that is not a simple key")
+            plain, single, _ = _analyze(k)
+            if plain and not _IMPLICIT.match(k):
+                found = k
+            elif single:
+                found = "'" + k.replace("'", "''") + "'"
+            else:
+                raise Unsupported("a key PyYAML double-quotes")
+            self.keys[k] = found
+        return found
+
+    def text(self, v: str, indent: int) -> str:
+        """` value` to follow a `key:` or `-` whose content is indented by `indent`."""
+        found = self.values.get(v)
+        if found is not None:
+            return found
+        if "\n" in v:
+            return self.literal(v, indent)
+        if not v:
+            found = " ''"
+        else:
+            if len(v) > _WIDTH or _SPECIAL.search(v):
+                raise Unsupported("text PyYAML escapes or folds")
+            plain, single, _ = _analyze(v)
+            if plain and not _IMPLICIT.match(v):
+                found = " " + v
+            elif single:
+                found = " '" + v.replace("'", "''") + "'"
+            else:
+                raise Unsupported("text PyYAML double-quotes")
+        self.values[v] = found
+        return found
+
+    def literal(self, v: str, indent: int) -> str:
+        if _SPECIAL.search(v) or v.endswith("\n\n") or not v.strip("\n"):
+            raise Unsupported("a block PyYAML escapes or keeps trailing lines of")
+        _, _, allowed = _analyze(v)
+        if not allowed:
+            raise Unsupported("text PyYAML double-quotes")
+        hints = ("2" if v[0] in " \n" else "") + ("" if v.endswith("\n") else "-")
+        pad = " " * indent
+        lines = v[:-1].split("\n") if v.endswith("\n") else v.split("\n")
+        return " |" + hints + "".join("\n" + pad + line if line else "\n" for line in lines)
+
+    def scalar(self, v: object, indent: int) -> str:
+        t = type(v)
+        if t is str:
+            return self.text(v, indent)  # type: ignore[arg-type]
+        if t is int:
+            return " " + str(v)
+        if t is bool:
+            return " true" if v else " false"
+        if v is None:
+            return " null"
+        if t is float:
+            if v != v:
+                found = ".nan"
+            elif v in (_INF, -_INF):
+                found = ".inf" if v > 0 else "-.inf"
+            else:
+                found = repr(v).lower()
+                if "." not in found and "e" in found:
+                    found = found.replace("e", ".0e", 1)
+            if not _FLOAT.match(found):
+                raise Unsupported("a float PyYAML tags")
+            return " " + found
+        raise Unsupported(f"a value of type {t.__name__}")
+
+    def mapping(self, d: dict, indent: int, first: str) -> None:
+        """`d` (not empty) with its keys at column `indent`; the first key follows `first`."""
+        seen = self.seen
+        if id(d) in seen:
+            raise Unsupported("a shared dict (PyYAML writes an anchor)")
+        seen.add(id(d))
+        add = self.parts.append
+        pad = "\n" + " " * indent
+        lead = first
+        for k, v in d.items():
+            add(lead + self.key(k) + ":")
+            lead = pad
+            t = type(v)
+            if t is dict:
+                if v:
+                    self.mapping(v, indent + 2, "\n" + " " * (indent + 2))
+                else:
+                    add(" {}")
+            elif t is list:
+                if v:
+                    self.sequence(v, indent, pad)
+                else:
+                    add(" []")
+            else:
+                add(self.scalar(v, indent + 2))
+
+    def sequence(self, items: list, indent: int, first: str) -> None:
+        """`items` (not empty) with their dashes at column `indent`; the first follows `first`."""
+        seen = self.seen
+        if id(items) in seen:
+            raise Unsupported("a shared list (PyYAML writes an anchor)")
+        seen.add(id(items))
+        add = self.parts.append
+        pad = "\n" + " " * indent
+        lead = first
+        for v in items:
+            t = type(v)
+            if t is dict:
+                if v:
+                    self.mapping(v, indent + 2, lead + "- ")
+                else:
+                    add(lead + "- {}")
+            elif t is list:
+                if v:
+                    self.sequence(v, indent + 2, lead + "- ")
+                else:
+                    add(lead + "- []")
+            else:
+                add(lead + "-" + self.scalar(v, indent + 2))
+            lead = pad
+
+
+def dump(data: object) -> str:
+    """The YAML of `data` (a non-empty dict), as yaml.dump writes it with dump_yaml's options.
+    Raises Unsupported for what this writer leaves to PyYAML."""
+    if type(data) is not dict or not data:
+        raise Unsupported("a document that is not a non-empty mapping")
+    w = _Writer()
+    w.mapping(data, 0, "")
+    w.parts.append("\n")
+    return "".join(w.parts)
