@@ -120,8 +120,72 @@ def dump_yaml(data: object, spec_name: str, pure: bool = False) -> bytes:
     return (header(spec_name) + body).encode("utf-8")
 
 
-def dump_json(data: object) -> bytes:
+def dump_json(data: object, pure: bool = False) -> bytes:
+    """json.dumps(sort_keys, indent=2, ensure_ascii=False) and a final newline. With `indent`
+    the json module encodes in Python, a generator per level; _json_parts writes the same bytes
+    for what dashboards hold (text keys, text, numbers, booleans, None, lists, tuples) in a
+    third of the time, json.dumps the rest (`pure`: always json.dumps)."""
+    if not pure:
+        parts: list[str] = []
+        try:
+            _json_parts(data, "\n", parts)
+        except _NotPlainJson:
+            pass
+        else:
+            parts.append("\n")
+            return "".join(parts).encode("utf-8")
     return (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class _NotPlainJson(Exception):
+    pass
+
+
+_JSON_TEXT = json.encoder.encode_basestring  # the C encoder of a str, as json.dumps uses it
+_JSON_FLOAT = {float("inf"): "Infinity", float("-inf"): "-Infinity"}
+
+
+def _json_parts(data: object, pad: str, parts: list[str]) -> None:
+    """`data` as json.dumps writes it at the indentation `pad` (a newline and its spaces)."""
+    t = type(data)
+    if t is str:
+        parts.append(_JSON_TEXT(data))
+    elif t is dict:
+        if not data:
+            parts.append("{}")
+            return
+        inner = pad + "  "
+        lead = "{" + inner
+        for k in sorted(data):  # type: ignore[call-overload]
+            if type(k) is not str:
+                raise _NotPlainJson  # json.dumps converts other keys to text first
+            parts.append(lead + _JSON_TEXT(k) + ": ")
+            _json_parts(data[k], inner, parts)  # type: ignore[index]
+            lead = "," + inner
+        parts.append(pad + "}")
+    elif t is list or t is tuple:
+        if not data:
+            parts.append("[]")
+            return
+        inner = pad + "  "
+        lead = "[" + inner
+        for v in data:  # type: ignore[attr-defined]
+            parts.append(lead)
+            _json_parts(v, inner, parts)
+            lead = "," + inner
+        parts.append(pad + "]")
+    elif t is int:
+        parts.append(int.__repr__(data))  # type: ignore[arg-type]
+    elif t is float:
+        parts.append("NaN" if data != data else _JSON_FLOAT.get(data) or float.__repr__(data))  # type: ignore[arg-type, call-overload]
+    elif data is True:
+        parts.append("true")
+    elif data is False:
+        parts.append("false")
+    elif data is None:
+        parts.append("null")
+    else:
+        raise _NotPlainJson
 
 
 MARKER = ".genobs"  # in every output folder: genobs replaces only folders that carry it

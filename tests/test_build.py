@@ -396,3 +396,45 @@ def test_the_inlined_representer_writes_what_pyyaml_writes_aliases_and_subclasse
     assert fast == dump_yaml(data, "x", pure=True)
     assert b"&id001" in fast and b"*id001" in fast
     assert yaml.safe_load(fast)["tests"][0]["input_series"][0] == shared
+
+
+_JSON_SCALARS = st.one_of(
+    st.text(alphabet=st.sampled_from(_TRICKY), max_size=12),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+)
+_JSON_DOCUMENTS = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.text(alphabet=st.sampled_from(_TRICKY), max_size=6), inner, max_size=4),
+        st.dictionaries(st.integers(0, 3), inner, min_size=1, max_size=2),  # keys json.dumps converts: its own path
+    ),
+    max_leaves=30,
+)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_dashboard_json_is_what_json_dumps_writes(spec: Path):
+    from genobs.render.dashboard import render_dashboard
+    from genobs.writer import dump_json
+
+    dashboard = render_dashboard(build_plan(load_spec(spec)).dashboard)
+    written = dump_json(dashboard)
+    assert written == (json.dumps(dashboard, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def test_json_writer_writes_what_json_dumps_writes_on_any_document():
+    from hypothesis import given, settings
+
+    from genobs.writer import dump_json
+
+    @settings(max_examples=1000, derandomize=True, database=None, deadline=None)
+    @given(_JSON_DOCUMENTS)
+    def check(data: object) -> None:
+        assert dump_json(data) == (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+    check()
