@@ -10,7 +10,6 @@ from genobs.errors import SpecError
 from genobs.loader import SpecDocument
 from genobs.plan import assemble, plan_problems
 from genobs.plan.model import Plan
-from genobs.testgen.capacity import build_capacity_tests
 from genobs.testgen.unittests import build_unit_tests
 
 
@@ -28,6 +27,8 @@ def build_plan(doc: SpecDocument) -> Plan:
         more, more_notes = build_unit_tests(cctx, crec, groups, a.plan.name, overall, layer="client")
         unit_tests, notes = unit_tests + more, notes + more_notes
     if a.cap is not None and a.cap_group is not None:
+        from genobs.testgen.capacity import build_capacity_tests
+
         unit_tests += build_capacity_tests(a.ctx, a.cap, a.tested[0], a.cap_group, a.plan.name)
     return replace(a.plan, unit_tests=unit_tests, warnings=a.plan.warnings + tuple(notes))
 

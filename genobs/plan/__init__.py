@@ -3,18 +3,19 @@ that the engine version supports what the spec asks for."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from genobs import naming
 from genobs import promql as q
 from genobs.catalog import format_version, load_catalog, parse_version
 from genobs.errors import Problem, SpecError
 from genobs.loader import SpecDocument, sort_problems
-from genobs.plan import backend, capacity, client, client_slo, gateway, links, pages, slo, slo_layers
+from genobs.plan import backend, gateway, links, pages, slo, slo_layers
 from genobs.plan.alerts import LATENCY_ALERTS, AlertBuilder, preset_data, resolve, runbook_entries, signal_data
 from genobs.plan.annotations import build_annotations
-from genobs.plan.capacity import CapacityPlan
 from genobs.plan.confirm import confirm_queries
 from genobs.plan.context import Context
 from genobs.plan.dashboard import build_dashboard_rows, build_variables, lead_row, threshold_steps
@@ -25,6 +26,9 @@ from genobs.plan.recorder import Recorder
 from genobs.plan.recording import build_recording
 from genobs.plan.where import Where
 from genobs.units import format_seconds, prom_duration_seconds
+
+if TYPE_CHECKING:  # imported when a spec asks for capacity signals
+    from genobs.plan.capacity import CapacityPlan
 
 # feature -> (logical metric whose presence it needs, human explanation)
 _FEATURE_NEEDS = {
@@ -55,7 +59,9 @@ def _other_version(doc: SpecDocument, catalog, version, problems: list[Problem])
         )
         return None
     if other == version:
-        problems.append(doc.problem(where, f"is engine_version itself ({format_version(version)}); name the other release"))
+        problems.append(
+            doc.problem(where, f"is engine_version itself ({format_version(version)}); name the other release")
+        )
         return None
     return other
 
@@ -102,9 +108,7 @@ def _context(doc: SpecDocument, problems: list[Problem]) -> Context | None:
             unavailable.add(feature)
             known = [catalog.metrics[k] for k in keys if k in catalog.metrics]
             if not known:
-                problems.append(
-                    doc.problem(("features", feature), f"{catalog.release(version)} exports no {what}")
-                )
+                problems.append(doc.problem(("features", feature), f"{catalog.release(version)} exports no {what}"))
                 continue
             ranges = "; ".join(m.versions_text() for m in known)
             problems.append(
@@ -279,15 +283,16 @@ def _checked(doc: SpecDocument) -> tuple[Context | None, list, list[Problem]]:
         _check_observable(ctx, overrides, report)
         resolved = [a for a in resolved if ctx.catalog.missing_reason(a.signal) is None]
         gctx = gateway.gateway_context(doc, ctx, problems)
-        cctx = client.client_context(doc, ctx, problems)
+        cctx = _client_context(doc, ctx, problems)
         where = slo_layers.layers(doc, gctx, cctx, report)
         slo.validate(doc, ctx, report, only=where["pods"] if gctx or cctx else None)
         if gctx is not None:
             slo.validate(doc, gctx, report, only=where["gateway"])
         if cctx is not None:
             slo.validate(doc, cctx, report, only=where["client"])
-            client.levels(doc, cctx, resolved, problems)
-        capacity.validate(doc, ctx, report)
+            _client().levels(doc, cctx, resolved, problems)
+        if _capacity_asked(spec):
+            _capacity().validate(doc, ctx, report)
     return ctx, resolved, problems
 
 
@@ -325,10 +330,14 @@ def capability_lines(ctx: Context, preset: str) -> list[str]:
     out = []
     for signal, why in ctx.catalog.not_observable:
         if signal in wanted:
-            out.append(f"{ctx.alert_refs(data['signals'][signal]['title'])} ({signal}) is not observable on {ctx.release}: {why}")
+            out.append(
+                f"{ctx.alert_refs(data['signals'][signal]['title'])} ({signal}) is not observable on {ctx.release}: {why}"
+            )
     for signal, how in ctx.catalog.approximate:
         if signal in wanted:
-            out.append(f"{ctx.alert_refs(data['signals'][signal]['title'])} ({signal}) is an approximation on {ctx.release}: {how}")
+            out.append(
+                f"{ctx.alert_refs(data['signals'][signal]['title'])} ({signal}) is an approximation on {ctx.release}: {how}"
+            )
     return out
 
 
@@ -400,6 +409,31 @@ def _gateway_row(gw) -> tuple:
     return () if gw is None else (gw.row,)
 
 
+def _client():
+    """genobs.plan.client, imported for specs with a client block only."""
+    return importlib.import_module("genobs.plan.client")
+
+
+def _client_context(doc: SpecDocument, ctx: Context, problems: list[Problem]) -> Context | None:
+    return None if doc.spec.client is None else _client().client_context(doc, ctx, problems)
+
+
+def _capacity():
+    """genobs.plan.capacity, imported for specs that ask for capacity signals only."""
+    return importlib.import_module("genobs.plan.capacity")
+
+
+def _capacity_asked(spec) -> bool:
+    """Whether a spec has anything genobs.plan.capacity validates or builds: a capacity block or
+    use case, GPU signals, autoscaling."""
+    return (
+        spec.capacity is not None
+        or spec.use_case == "capacity"
+        or spec.features.gpu_metrics is not None
+        or spec.kubernetes.autoscaling is not None
+    )
+
+
 def _client_row(cl) -> tuple:
     return () if cl is None else (cl.row,)
 
@@ -417,7 +451,7 @@ def assemble(doc: SpecDocument) -> Assembly:
     # user-facing pages the gateway takes over: the pods' alerts keep their warnings
     pods = resolved if gw is None else gateway.demote(resolved, gw.taken_over)
     alerts = AlertBuilder(ctx, rec, base_url, spec.team).build(pods)
-    cctx = client.client_context(doc, ctx, problems)
+    cctx = _client_context(doc, ctx, problems)
     # each SLO read where the spec says (read_at), by default at the gateway where it observes the SLI
     where = slo_layers.layers(doc, gctx, cctx, lambda path, msg: None)
     pod_slos = slo.build_slos(gateway.with_slos(doc, where["pods"], True), ctx, base_url, spec.team, rec.names)
@@ -437,6 +471,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         if gw_slos is not None:
             burns += (("gateway", tuple(slo_alerts(gw_slos))),)
         gw_names = gw.names if gw else {}
+        client, client_slo = _client(), importlib.import_module("genobs.plan.client_slo")
         cl = client.build_client(doc, cctx, ctx, gctx, resolved, gw_names, gw_alerts, burns, base_url, problems)
         cl_slos = gateway.marked(
             slo.build_slos(gateway.with_slos(doc, where["client"], True), cctx, base_url, spec.team, cl.names),
@@ -444,7 +479,7 @@ def assemble(doc: SpecDocument) -> Assembly:
         )
         slos = gateway.merge_slos(cl_slos, slos)
         cl = client_slo.with_inhibit(cl, ctx, gctx, gw_alerts, burns, slo_alerts(cl_slos))
-    cap = capacity.build(doc, ctx, rec, base_url, spec.team)
+    cap = _capacity().build(doc, ctx, rec, base_url, spec.team) if _capacity_asked(spec) else None
     readers = (*alerts, *slos.rules, *slos.long_rules, *(cap.rules if cap else ()))
     fast, panels = split_recording(tuple(rec.rules), readers)
     groups = (RuleGroup(naming.group(spec.name, "recording"), spec.evaluation_interval, fast),)
@@ -467,19 +502,30 @@ def assemble(doc: SpecDocument) -> Assembly:
         tags=("genobs", spec.service.engine, spec.use_case),
         variables=build_variables(ctx, rec),
         rows=_with_lead(
-            _with_capacity(slos.rows + _client_row(cl) + _gateway_row(gw) + build_dashboard_rows(ctx, rec, _lines(alerts)), cap), preset
+            _with_capacity(
+                slos.rows + _client_row(cl) + _gateway_row(gw) + build_dashboard_rows(ctx, rec, _lines(alerts)), cap
+            ),
+            preset,
         ),
         runbook_url=base_url if _absolute(base_url) else None,
         annotations=build_annotations(ctx),
     )
-    shown = [*alerts, *(gw.alerts if gw else ()), *(cl.alerts if cl else ()), *slo_alerts(slos), *(cap.rules if cap else ())]
+    shown = [
+        *alerts,
+        *(gw.alerts if gw else ()),
+        *(cl.alerts if cl else ()),
+        *slo_alerts(slos),
+        *(cap.rules if cap else ()),
+    ]
     dashboard = replace(dashboard, panel_links=links.runbook_links(shown, dashboard.rows))
     # every alert links to its panel (dashboard.base_url), before its unit tests expect the annotation
     grafana = spec.dashboard.base_url
     groups = tuple(replace(g, rules=links.with_dashboard_urls(g.rules, grafana, dashboard)) for g in groups)
     if cap is not None:
         cap = replace(cap, rules=links.with_dashboard_urls(cap.rules, grafana, dashboard))
-    keep = pages.hold(next((r.for_ for r in resolved if r.key == "ServingCapacityLost"), None), spec.evaluation_interval)
+    keep = pages.hold(
+        next((r.for_ for r in resolved if r.key == "ServingCapacityLost"), None), spec.evaluation_interval
+    )
     other = pages.slack(spec.evaluation_interval)
     groups = pages.with_hold(groups, keep, other)
     tested = groups
@@ -487,7 +533,9 @@ def assemble(doc: SpecDocument) -> Assembly:
     if gw is not None:  # the gateway's groups read its own series only: tested on their own
         gw_rules = links.with_dashboard_urls(gw.rules, grafana, dashboard)
         gw_groups = (RuleGroup(naming.group(spec.name, "gateway"), spec.evaluation_interval, gw_rules),)
-        gw_groups += gateway.slo_groups(spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard))
+        gw_groups += gateway.slo_groups(
+            spec, gw_slos, lambda rules: links.with_dashboard_urls(rules, grafana, dashboard)
+        )
         gw_groups = pages.with_hold(gw_groups, keep, other)
         groups += gw_groups
         tested_gateway = (gw.ctx, gateway.recorder(gw), gw_groups)
@@ -502,13 +550,20 @@ def assemble(doc: SpecDocument) -> Assembly:
         cl_groups += gateway.slo_groups(spec, cl_slos, linked, "client-slo")
         cl_groups = pages.with_hold(cl_groups, keep, other)
         groups += cl_groups
-        tested_client = (cl.ctx, client.recorder(cl), cl_groups)
+        tested_client = (cl.ctx, _client().recorder(cl), cl_groups)
     cap_group = None
     if cap is not None:
-        cap_group = pages.with_hold((RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep, other)[0]
+        cap_group = pages.with_hold(
+            (RuleGroup(naming.group(spec.name, "capacity"), spec.evaluation_interval, cap.rules),), keep, other
+        )[0]
         groups += (cap_group,)
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, RecordingRule)}
-    raw = _raw_metrics(groups, ctx, recorded, (cap.known if cap else frozenset()) | (gw.raw if gw else frozenset()) | (cl.raw if cl else frozenset()))
+    raw = _raw_metrics(
+        groups,
+        ctx,
+        recorded,
+        (cap.known if cap else frozenset()) | (gw.raw if gw else frozenset()) | (cl.raw if cl else frozenset()),
+    )
     _check_panels(dashboard.rows, recorded)
     plan = Plan(
         name=spec.name,
@@ -524,7 +579,10 @@ def assemble(doc: SpecDocument) -> Assembly:
         group_by=ctx.group,
         groups=groups,
         dashboard=dashboard,
-        runbook=(cl.runbook if cl else ()) + (gw.runbook if gw else ()) + _runbook(alerts, ctx, rec) + (cap.runbook if cap else ()),
+        runbook=(cl.runbook if cl else ())
+        + (gw.runbook if gw else ())
+        + _runbook(alerts, ctx, rec)
+        + (cap.runbook if cap else ()),
         slo_runbook=slos.runbook,
         warnings=tuple(_runbook_notes(base_url))
         + tuple(_policy_notes(ctx, resolved))
@@ -532,10 +590,10 @@ def assemble(doc: SpecDocument) -> Assembly:
         + tuple(_feature_notes(ctx, rec)),
         raw_metrics=raw,
         gateway=None if gw is None else gateway.layer(gw, raw),
-        client=None if cl is None else client.layer(cl, raw),
+        client=None if cl is None else _client().layer(cl, raw),
         capabilities=tuple(capability_lines(ctx, spec.use_case))
         + tuple(gateway.capability_lines(gctx, ctx) if gctx else ())
-        + tuple(client.capability_lines(cctx) if cctx else ()),
+        + tuple(_client().capability_lines(cctx) if cctx else ()),
         slo_layers=tuple(slo_layers.lines(doc, where, _releases(ctx, gctx, cctx))),
         engine_release=ctx.release,
         alert_prefix=ctx.catalog.alert_prefix,
