@@ -438,3 +438,16 @@ def test_json_writer_writes_what_json_dumps_writes_on_any_document():
         assert dump_json(data) == (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
     check()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_dashboard_data_is_what_grafanalibs_json_encoder_gives(spec: Path):
+    """render_dashboard reads grafanalib's objects through to_json_data() itself instead of
+    writing JSON text with grafanalib's encoder and parsing it again: the same data."""
+    from grafanalib._gen import DashboardEncoder
+
+    from genobs.render.dashboard import grafanalib_dashboard, plain_json
+
+    board = grafanalib_dashboard(build_plan(load_spec(spec)).dashboard)
+    assert plain_json(board) == json.loads(json.dumps(board.to_json_data(), cls=DashboardEncoder))
+    assert json.dumps(plain_json(board)) == json.dumps(json.loads(json.dumps(board, cls=DashboardEncoder)))

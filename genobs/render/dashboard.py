@@ -105,8 +105,14 @@ def flat_panels(board: dict) -> list[dict]:
 
 
 def render_dashboard(plan: DashboardPlan) -> dict:
+    from genobs.render.grafana_schema import current_schema
+
+    return current_schema(plain_json(grafanalib_dashboard(plan)))
+
+
+def grafanalib_dashboard(plan: DashboardPlan):
+    """The dashboard as grafanalib objects."""
     import grafanalib.core as g
-    from grafanalib._gen import DashboardEncoder
 
     templates = [
         g.Template(name="datasource", query="prometheus", type="datasource", label="Data source", default="Prometheus"),
@@ -155,7 +161,7 @@ def render_dashboard(plan: DashboardPlan) -> dict:
         panel.links = [{"title": t, "url": u, "targetBlank": True} for t, u in panel_links.get(p.title, ())]
         target.append(panel)
         x += p.width
-    dashboard = g.Dashboard(
+    return g.Dashboard(
         title=plan.title,
         uid=plan.uid,
         tags=list(plan.tags),
@@ -170,9 +176,35 @@ def render_dashboard(plan: DashboardPlan) -> dict:
         else [],
         editable=False,
     ).auto_panel_ids()
-    import json
 
-    # the encoder turns grafanalib objects into plain JSON-able data
-    from genobs.render.grafana_schema import current_schema
 
-    return current_schema(json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder)))
+def plain_json(obj: object) -> object:
+    """grafanalib objects as the plain data json.loads(json.dumps(obj, cls=grafanalib's
+    DashboardEncoder)) gives (tests/test_build.py compares both), without writing and parsing
+    the text: dicts, lists for lists and tuples, every object through its to_json_data()."""
+    t = type(obj)
+    if t is str or t is int or t is bool or t is float or obj is None:
+        return obj
+    if t is dict or t is list or t is tuple:
+        pass
+    elif isinstance(obj, str):  # subclasses, as JSON text would give them back
+        return str(obj)
+    elif isinstance(obj, bool):
+        return bool(obj)
+    elif isinstance(obj, int):
+        return int(obj)
+    elif isinstance(obj, float):
+        return float(obj)
+    elif not isinstance(obj, (dict, list, tuple)):
+        to_json_data = getattr(obj, "to_json_data", None)
+        if to_json_data is None:
+            raise TypeError(f"a dashboard value of type {t.__name__} has no JSON form")
+        return plain_json(to_json_data())
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if type(k) is not str:
+                raise TypeError(f"a dashboard key that is not text: {k!r}")  # JSON would make it text
+            out[k] = plain_json(v)
+        return out
+    return [plain_json(v) for v in obj]  # type: ignore[attr-defined]
