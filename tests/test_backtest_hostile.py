@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import secrets
 import subprocess
@@ -46,18 +47,54 @@ def matrix(metric: dict, values: list) -> bytes:
 UP = {"__name__": "up", "namespace": "llm-prod", "job": "vllm-chat", "instance": "a:1"}
 # (case, endpoint answers, what the message says)
 CASES: list[tuple[str, dict, str]] = [
-    ("http error echoing the header", {"status/flags": lambda r: (500, json.dumps({"status": "error", "error": _echo(r)}).encode())}, "HTTP 500"),
+    (
+        "http error echoing the header",
+        {"status/flags": lambda r: (500, json.dumps({"status": "error", "error": _echo(r)}).encode())},
+        "HTTP 500",
+    ),
     ("flags not a map", {"status/flags": lambda r: (200, ok(["x", _echo(r)]))}, "not a map of flags"),
-    ("lookback echoing the header", {"status/flags": lambda r: (200, ok({"query.lookback-delta": _echo(r)}))}, "not a duration"),
-    ("lookback of 99999999y", {"status/flags": lambda r: (200, ok({"query.lookback-delta": "99999999y"}))}, "at most 1d"),
+    (
+        "lookback echoing the header",
+        {"status/flags": lambda r: (200, ok({"query.lookback-delta": _echo(r)}))},
+        "not a duration",
+    ),
+    (
+        "lookback of 99999999y",
+        {"status/flags": lambda r: (200, ok({"query.lookback-delta": "99999999y"}))},
+        "at most 1d",
+    ),
     ("series not a list", {"series": lambda r: (200, ok({"x": _echo(r)}))}, "not a list of series"),
-    ("series name echoing the header", {"series": lambda r: (200, ok([{"__name__": _echo(r)[:60]}]))}, "invalid metric name"),
-    ("series label name echoing", {"series": lambda r: (200, ok([{"__name__": "up", _echo(r)[:60]: "x"}]))}, "invalid label name"),
-    ("series error echoing", {"series": lambda r: (400, json.dumps({"status": "error", "error": _echo(r) * 3}).encode())}, "HTTP 400"),
+    (
+        "series name echoing the header",
+        {"series": lambda r: (200, ok([{"__name__": _echo(r)[:60]}]))},
+        "invalid metric name",
+    ),
+    (
+        "series label name echoing",
+        {"series": lambda r: (200, ok([{"__name__": "up", _echo(r)[:60]: "x"}]))},
+        "invalid label name",
+    ),
+    (
+        "series error echoing",
+        {"series": lambda r: (400, json.dumps({"status": "error", "error": _echo(r) * 3}).encode())},
+        "HTTP 400",
+    ),
     ("query value echoing", {"query": lambda r: (200, matrix(UP, [[1, _echo(r)]]))}, "value that is not a number"),
-    ("query label echoing a lone surrogate", {"query": lambda r: (200, matrix({**UP, "pod": "\ud800"}, [[1, "1"]]))}, "not valid UTF-8"),
-    ("query name echoing", {"query": lambda r: (200, matrix({"__name__": _echo(r)[:50]}, [[1, "1"]]))}, "invalid metric name"),
-    ("redirect", {"status/flags": lambda r: (302, json.dumps({"status": "error", "error": _echo(r)}).encode())}, "a redirect"),
+    (
+        "query label echoing a lone surrogate",
+        {"query": lambda r: (200, matrix({**UP, "pod": "\ud800"}, [[1, "1"]]))},
+        "not valid UTF-8",
+    ),
+    (
+        "query name echoing",
+        {"query": lambda r: (200, matrix({"__name__": _echo(r)[:50]}, [[1, "1"]]))},
+        "invalid metric name",
+    ),
+    (
+        "redirect",
+        {"status/flags": lambda r: (302, json.dumps({"status": "error", "error": _echo(r)}).encode())},
+        "a redirect",
+    ),
 ]
 
 
@@ -150,7 +187,9 @@ def test_a_full_run_scrubs_labels_that_echo_the_secret(tmp_path: Path):
         args, env, needles = credentials("url", url, tmp_path)
         cmd = [sys.executable, "-m", "genobs", "backtest", str(LATENCY), "--from", "now-2h", "--to", "now-1h", *args]
         done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
-        out_json = subprocess.run([*cmd, "--format", "json"], capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
+        out_json = subprocess.run(
+            [*cmd, "--format", "json"], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
+        )
     assert done.returncode == 0, done.stderr
     assert "VllmTargetDown" in done.stdout and "pod=pod-***" in done.stdout, done.stdout
     assert out_json.returncode == 0 and json.loads(out_json.stdout)["candidate"]["episodes"]
@@ -203,6 +242,36 @@ def test_an_edge_tier_spec_backtests_the_alerts_of_both_tiers(tmp_path: Path):
             assert result.exit_code == 0, result.output
             outputs.append([line for line in result.stdout.splitlines() if "alert rules never fired" in line])
     assert outputs[0] and outputs[0] == outputs[1], outputs
+
+
+def test_a_server_refusing_long_queries_is_asked_shorter_ones_for_the_rest_of_the_range():
+    """A source whose --query.max-samples refuses a rule evaluated over more than 30 steps: the
+    query is asked again with half its steps, and the rest of that rule's range no longer (not
+    back at the size the answer's series allow, refused again after every answer), nor at the
+    same size when the range left is shorter than the steps."""
+    fake = FakeSource(fleet(NAMES, 1))
+    plain = FakeSource(fake.series, fake.scrape)
+    asked: list[tuple[str, int]] = []
+    refusal = b'{"status":"error","errorType":"execution","error":"query processing would load too many samples into memory in query execution"}'
+
+    def refuses_long(req: Request) -> tuple[int, bytes]:
+        steps = round((float(req.params["end"]) - float(req.params["start"])) / float(req.params["step"])) + 1
+        asked.append((req.params["query"], steps))
+        return (422, refusal) if steps > 30 else plain.answer(req)
+
+    fake.answers["query_range"] = refuses_long
+    with serving(fake) as url:
+        result = backtest(["--prometheus", url], {})
+    assert result.exit_code == 0, result.output
+    by_rule: dict[str, list[int]] = {}
+    for query, steps in asked:
+        by_rule.setdefault(query, []).append(steps)
+    assert len(by_rule) >= 5, by_rule
+    for query, steps in by_rule.items():
+        refused = [n for n in steps if n > 30]
+        # the longest range asked first, halved until under 30: log2(range / 30) refusals at most
+        assert len(refused) <= max(1, math.ceil(math.log2(max(steps) / 30))), (query, steps)
+        assert len(set(refused)) == len(refused), (query, steps)  # never the same refused size twice
 
 
 def test_a_server_too_slow_for_long_queries_gets_shorter_ones():

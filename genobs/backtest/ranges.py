@@ -3,7 +3,8 @@ of a bounded size. Each answer holds evaluations × series points, and promhttp 
 past 32 MiB or 400,000 lists (a point is one): a fleet of 350 engine ranks at 2,000 steps
 would be refused. So the steps of the next query follow the series of the last answer
 (POINTS_PER_ANSWER points), and an answer refused as too large (by promhttp, or by the
-server's own sample or resolution limits) is asked again with half the steps. What a query
+server's own sample or resolution limits) is asked again with half the steps it asked, and the
+rest of that expression's range with no more than that. What a query
 costs the server grows with its steps times the raw series it reads, which no answer shows (a
 bucket rate over 1,000 engine ranks answers a few series and reads 20,000): a query that gets no
 answer within --timeout is asked again with half the steps it asked, and no later query of the
@@ -49,11 +50,13 @@ class Steps:
         self.ceiling = self.steps = max(1, asked // 2)
         return True
 
-    def refused(self) -> bool:
-        """Halve the steps; False when one step was refused already (no smaller question)."""
-        if self.steps == 1:
+    def refused(self, asked: int) -> bool:
+        """Half the steps asked, and never more for this expression (what the server refuses, its
+        samples read or the answer's size, grows with the steps); False when one step was refused
+        (no smaller question)."""
+        if asked <= 1:
             return False
-        self.steps = max(1, self.steps // 2)
+        self.ceiling = self.steps = max(1, asked // 2)
         return True
 
 
@@ -70,9 +73,10 @@ def evaluations(
         try:
             data = server.ask("query_range", params, True)
         except PrometheusError as exc:
-            if any(why in str(exc) for why in TOO_LARGE) and steps.refused():
+            asked = round((b - a) / step) + 1
+            if any(why in str(exc) for why in TOO_LARGE) and steps.refused(asked):
                 continue
-            if TIMED_OUT in str(exc) and steps.timed_out(round((b - a) / step) + 1):
+            if TIMED_OUT in str(exc) and steps.timed_out(asked):
                 server.steps_ceiling = min(server.steps_ceiling, steps.ceiling)
                 continue
             raise
