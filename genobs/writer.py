@@ -109,15 +109,20 @@ def header(spec_name: str, comment: str = "#") -> str:
 
 def dump_yaml(data: object, spec_name: str, pure: bool = False) -> bytes:
     """`pure`: always the pure-Python emitter (what the other writers' output is compared
-    against). Otherwise genobs/yamlfast.py writes what it can, PyYAML the rest."""
+    against). Otherwise genobs/yamlfast.py writes what it can, libyaml or PyYAML the rest. Text
+    with a lone surrogate (a spec's "\\ud800" escape) is escaped by PyYAML's own emitter only."""
+    options = {"sort_keys": False, "width": 100000, "allow_unicode": True, "default_flow_style": False}
     if not pure:
         try:
             return (header(spec_name) + yamlfast.dump(data)).encode("utf-8")
-        except yamlfast.Unsupported:
+        except (yamlfast.Unsupported, UnicodeEncodeError):
             pass
-    dumper = _PyDumper if pure or _Base is yaml.SafeDumper or not _libyaml_safe(data) else _Dumper
-    body = yaml.dump(data, Dumper=dumper, sort_keys=False, width=100000, allow_unicode=True, default_flow_style=False)
-    return (header(spec_name) + body).encode("utf-8")
+        if _Base is not yaml.SafeDumper and _libyaml_safe(data):
+            try:
+                return (header(spec_name) + yaml.dump(data, Dumper=_Dumper, **options)).encode("utf-8")
+            except UnicodeEncodeError:
+                pass
+    return (header(spec_name) + yaml.dump(data, Dumper=_PyDumper, **options)).encode("utf-8")
 
 
 def dump_json(data: object, pure: bool = False) -> bytes:

@@ -15,38 +15,27 @@ from __future__ import annotations
 
 import re
 
-# what PyYAML's resolver reads as something other than text when plain (int, float, bool, null,
-# timestamp, merge, value: yaml/resolver.py's implicit resolvers, first characters included)
-_IMPLICIT = re.compile(
-    r"""(?:yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF
-    |[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN)
-    |[-+]?0b[0-1_]+
-    |[-+]?0[0-7_]+
-    |[-+]?(?:0|[1-9][0-9_]*)
-    |[-+]?0x[0-9a-fA-F_]+
-    |[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+
-    |<<
-    |~|null|Null|NULL|
-    |[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]
-    |[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?(?:[Tt]|[ \t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9](?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?
-    |=)$""",
-    re.X,
-)
+from yaml.resolver import Resolver
+
+# what PyYAML's resolver reads a plain scalar as (int, float, bool, null, timestamp, merge, value):
+# its own compiled expressions by first character, in its order (yaml/resolver.py)
+_RESOLVERS = Resolver.yaml_implicit_resolvers
+_FLOAT_TAG = "tag:yaml.org,2002:float"
 # characters PyYAML's analysis calls special (written escaped, double-quoted) or that make the
-# emitters differ: anything outside printable ASCII, newline and the BMP's printable range
-_SPECIAL = re.compile("[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd]")
-_FLOAT = re.compile(
-    r"""(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
+# emitters differ: controls but the newline, C1, the line and paragraph separators, BOM,
+# non-characters and everything beyond the BMP. Lone surrogates are special too: dump_yaml
+# hands back text that is not valid UTF-8 (a class holding them costs 3 ms to compile).
+_SPECIAL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe-\U0010ffff]")
+
+
+def _resolved(text: str) -> str | None:
+    """The tag PyYAML's resolver gives `text` written plain; None for text."""
+    for tag, regexp in _RESOLVERS.get(text[0], ()):
+        if regexp.match(text):
+            return tag
+    return None
+
+
 _INF = float("inf")
 _WIDTH = 90000  # well under dump_yaml's width: PyYAML folds quoted and plain text past it
 
@@ -102,7 +91,7 @@ class _Writer:
             if not k or "\n" in k or len(k) >= 100 or _SPECIAL.search(k):
                 raise Unsupported("a key that is not a simple key")
             plain, single, _ = _analyze(k)
-            if plain and not _IMPLICIT.match(k):
+            if plain and _resolved(k) is None:
                 found = k
             elif single:
                 found = "'" + k.replace("'", "''") + "'"
@@ -124,7 +113,7 @@ class _Writer:
             if len(v) > _WIDTH or _SPECIAL.search(v):
                 raise Unsupported("text PyYAML escapes or folds")
             plain, single, _ = _analyze(v)
-            if plain and not _IMPLICIT.match(v):
+            if plain and _resolved(v) is None:
                 found = " " + v
             elif single:
                 found = " '" + v.replace("'", "''") + "'"
@@ -163,7 +152,7 @@ class _Writer:
                 found = repr(v).lower()
                 if "." not in found and "e" in found:
                     found = found.replace("e", ".0e", 1)
-            if not _FLOAT.match(found):
+            if _resolved(found) != _FLOAT_TAG:
                 raise Unsupported("a float PyYAML tags")
             return " " + found
         raise Unsupported(f"a value of type {t.__name__}")

@@ -249,7 +249,7 @@ def test_libyaml_and_pure_python_emitters_write_the_same_rules_and_tests(spec: P
         assert (header(plan.name) + yamlfast.dump(data)).encode() == dump_yaml(data, plan.name, pure=True)
 
 
-_PRINTABLE = list("abz09 :#-'\"\\{}[]|>&*!%@`,?.~=<\n\xa0é中\u3000\ud7ff\ue000\uffef")  # what the writer writes itself
+_PRINTABLE = list("abz09 :#-'\"\\{}[]|>&*!%@`,?.~=<\n\xa0é中\u3000\ud7ff\ue000\uffef\ud800")  # what the writer writes itself
 _SCALARS = st.one_of(
     st.text(alphabet=st.sampled_from(_TRICKY), max_size=12),
     st.text(alphabet=st.sampled_from(_PRINTABLE), max_size=12),
@@ -321,12 +321,12 @@ def test_genobs_yaml_writer_writes_what_pyyaml_writes_or_hands_the_document_back
     def check(data: dict) -> None:
         pure = dump_yaml(data, "s", pure=True)
         try:
-            fast = yamlfast.dump(data)
-        except yamlfast.Unsupported:
+            fast = (header("s") + yamlfast.dump(data)).encode("utf-8")
+        except (yamlfast.Unsupported, UnicodeEncodeError):  # a lone surrogate: dump_yaml hands it back
             written.append(False)
         else:
             written.append(True)
-            assert (header("s") + fast).encode() == pure, repr(data)
+            assert fast == pure, repr(data)
         assert dump_yaml(data, "s") == pure, repr(data)
 
     check()
