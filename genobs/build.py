@@ -14,6 +14,8 @@ from genobs.writer import MARKER, dump_json, dump_yaml, marker, replace_dirs
 
 @dataclass(frozen=True)
 class Output:
+    """What one spec compiles to: its files by relative path, with the build's notes."""
+
     name: str
     spec_file: str
     files: dict[str, bytes]

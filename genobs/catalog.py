@@ -35,6 +35,8 @@ def format_version(v: Version) -> str:
 
 @dataclass(frozen=True)
 class NameRange:
+    """A family's wire name over a range of engine releases [since, until)."""
+
     name: str
     since: Version
     until: Version | None
@@ -48,6 +50,8 @@ class NameRange:
 
 @dataclass(frozen=True)
 class MetricDef:
+    """One metric family of an engine profile: its names across releases, type, unit, labels and buckets."""
+
     key: str
     type: str
     unit: str
@@ -164,6 +168,8 @@ class MetricDef:
 
 @dataclass(frozen=True)
 class Catalog:
+    """An engine's profile: its metric families, releases, finish reasons and labels."""
+
     engine: str
     min_version: Version
     max_version: Version

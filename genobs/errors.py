@@ -32,6 +32,8 @@ def printable(text: str) -> str:
 
 @dataclass(frozen=True)
 class Problem:
+    """One problem of a spec: its message and where (file, line, column, field)."""
+
     message: str
     file: str = "<spec>"
     line: int | None = None

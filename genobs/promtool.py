@@ -11,6 +11,8 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Result:
+    """A promtool run: whether it passed, and what it printed."""
+
     ok: bool
     output: str
 

@@ -19,6 +19,8 @@ USER_FACING = frozenset(
 
 @dataclass(frozen=True)
 class Context:
+    """What planning reads of a layer: its profile, release, metric names, selector and grouping."""
+
     catalog: Catalog
     version: Version
     dialect: str  # colon | underscore

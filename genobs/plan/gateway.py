@@ -138,6 +138,8 @@ def known_release(doc, problems: list, field: tuple[str, ...], catalog, given: s
 
 @dataclass(frozen=True)
 class GatewayPlan:
+    """The gateway layer in front of the pods: its context, rules, alerts, row and runbook."""
+
     ctx: Context
     rules: tuple[RecordingRule | AlertRule, ...]
     alerts: tuple[AlertRule, ...]

@@ -30,6 +30,8 @@ def _data() -> dict:
 
 @dataclass(frozen=True)
 class GatewayLiveness:
+    """The gateway's own liveness alerts, their runbook entries and panel."""
+
     alerts: tuple[AlertRule, ...]
     runbook: tuple[RunbookEntry, ...]
     panel: Panel

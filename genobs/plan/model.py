@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class RecordingRule:
+    """A Prometheus recording rule."""
+
     record: str
     expr: str
     labels: tuple[tuple[str, str], ...] = ()
@@ -14,6 +16,8 @@ class RecordingRule:
 
 @dataclass(frozen=True)
 class AlertRule:
+    """A Prometheus alerting rule, with the signal it reads, its threshold and its links."""
+
     name: str
     signal: str
     severity: str
@@ -51,6 +55,8 @@ class AlertRule:
 
 @dataclass(frozen=True)
 class RuleGroup:
+    """A Prometheus rule group: its name, interval and rules."""
+
     name: str
     interval: str
     rules: tuple[RecordingRule | AlertRule, ...]
@@ -58,6 +64,8 @@ class RuleGroup:
 
 @dataclass(frozen=True)
 class Target:
+    """One query of a dashboard panel."""
+
     expr: str
     legend: str
     format: str = "time_series"
@@ -65,6 +73,8 @@ class Target:
 
 @dataclass(frozen=True)
 class Panel:
+    """A dashboard panel: its title, kind, queries and unit."""
+
     title: str
     description: str
     unit: str
@@ -84,6 +94,8 @@ class Panel:
 
 @dataclass(frozen=True)
 class Row:
+    """A dashboard row and its panels."""
+
     title: str
     panels: tuple[Panel, ...]
     # Grafana runs the queries of a collapsed row only when someone opens it: rows with a
@@ -94,6 +106,8 @@ class Row:
 
 @dataclass(frozen=True)
 class Variable:
+    """A dashboard template variable."""
+
     name: str
     query: str
     label: str
@@ -102,6 +116,8 @@ class Variable:
 
 @dataclass(frozen=True)
 class Severity:
+    """One severity of an alert: its threshold and duration."""
+
     severity: str
     threshold_text: str  # with its comparator, e.g. "> 2.5s"
     for_: str
@@ -109,6 +125,8 @@ class Severity:
 
 @dataclass(frozen=True)
 class RunbookEntry:
+    """An alert's runbook section: what it means, the first action and what to check next."""
+
     alert: str
     anchor: str
     signal: str
@@ -127,6 +145,8 @@ class RunbookEntry:
 
 @dataclass(frozen=True)
 class Dashboard:
+    """The dashboard of a spec: its rows, variables, links and annotations."""
+
     title: str
     uid: str
     folder: str
@@ -169,6 +189,8 @@ class GatewayLayer:
 
 @dataclass(frozen=True)
 class Plan:
+    """Everything a spec compiles to before rendering: rule groups, dashboard, runbook, tests."""
+
     name: str
     title: str
     use_case: str

@@ -41,6 +41,8 @@ def burn_table() -> dict:
 
 @dataclass(frozen=True)
 class SloPlan:
+    """The SLOs' recording rules, burn-rate alerts, dashboard rows and runbook entries."""
+
     rules: tuple[RecordingRule | AlertRule, ...]
     rows: tuple[Row, ...]
     runbook: tuple[dict, ...]

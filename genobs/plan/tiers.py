@@ -19,6 +19,8 @@ RECORDED = re.compile(rf"{naming.PREFIX}:.*")
 
 @dataclass(frozen=True)
 class Tiers:
+    """A plan split for an edge and a global Prometheus: the groups each runs and what the edge ships."""
+
     edge: tuple[RuleGroup, ...]  # groups with their edge rules, in plan order (empty groups left out)
     global_: tuple[RuleGroup, ...]
     shipped: tuple[tuple[str, str], ...]  # (name, le regex) of the raw series the global rules read, sorted

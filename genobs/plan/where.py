@@ -23,6 +23,8 @@ def _unique(*labels: str | None) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Where:
+    """The labels a layer's series are grouped and fixed by: what every rule keeps."""
+
     group_by: tuple[str, ...]  # service.group_by: kept on every rule and alert, a dashboard variable each
     fixed: tuple[str, ...]  # the labels the layer's selector fixes (namespace, job, ...)
     cluster: str | None = None  # service.cluster_label: one backend holds several clusters
