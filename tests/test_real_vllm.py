@@ -216,8 +216,13 @@ def test_steady_load_is_silent_and_agrees_with_the_load_tool(stack: Stack) -> No
     figure(
         "steady", "request rate genobs / bench (req/s)", f"{readings['rate']:.2f} / {result['request_throughput']:.2f}"
     )
-    # TTFT p99: within the histogram bucket the tool's p99 falls in (vLLM's bounds) or a neighbour
-    assert_in_bucket(readings["ttft_p99"], result["p99_ttft_ms"] / 1000, TTFT_BOUNDS, "TTFT p99")
+    # TTFT p99: within the histogram bucket the tool's p99 falls in (vLLM's bounds) or a neighbour.
+    # The tool's TTFT also holds the API server's own time, which vLLM's does not: about 30 ms on
+    # an idle machine here (genobs 19.8 ms against the tool's 51.1 ms, two buckets apart), so a
+    # fast engine's p99 may lie up to API_SERVER_SECONDS below the tool's
+    assert_in_bucket(
+        readings["ttft_p99"], result["p99_ttft_ms"] / 1000, TTFT_BOUNDS, "TTFT p99", unseen=API_SERVER_SECONDS
+    )
     figure("steady", "TTFT p99 genobs / bench (ms)", f"{readings['ttft_p99'] * 1000:.1f} / {result['p99_ttft_ms']:.1f}")
     assert_in_bucket(readings["itl_p99"], result["p99_itl_ms"] / 1000, ITL_BOUNDS, "ITL p99")
     figure("steady", "ITL p99 genobs / bench (ms)", f"{readings['itl_p99'] * 1000:.1f} / {result['p99_itl_ms']:.1f}")
@@ -252,15 +257,25 @@ ONLY_WHILE = {"genobs:replica_kv_cache_usage_with_waiting:max"}
 # vLLM 0.32's bucket bounds (the real body): TTFT and ITL histograms
 TTFT_BOUNDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+API_SERVER_SECONDS = 0.04  # HTTP handling, tokenization and streaming around vLLM's own TTFT: about 30 ms measured
 
 
-def assert_in_bucket(recorded: float | None, measured: float, bounds: tuple[float, ...], what: str) -> None:
+def assert_in_bucket(
+    recorded: float | None, measured: float, bounds: tuple[float, ...], what: str, unseen: float = 0.0
+) -> None:
     """A quantile from a histogram is only known to its bucket: the recorded p99 must lie in the
-    bucket of the tool's p99 or a neighbour (the client adds HTTP and streaming time)."""
+    bucket of the tool's p99 or a neighbour. `unseen`: seconds of the tool's figure the engine
+    does not time (its API server's HTTP handling and tokenization before vLLM's TTFT starts, the
+    streaming after): the recorded p99 may also lie in the bucket of the tool's p99 less that, or
+    the one below it."""
     assert recorded is not None and not math.isnan(recorded), f"{what}: no recorded value"
     edges = (0.0, *bounds, math.inf)
-    i = next(k for k in range(1, len(edges)) if measured <= edges[k])
-    lo, hi = edges[max(i - 2, 0)], edges[min(i + 1, len(edges) - 1)]
+
+    def bucket(value: float) -> int:
+        return next(k for k in range(1, len(edges)) if value <= edges[k])
+
+    i = bucket(measured)
+    lo, hi = edges[max(bucket(max(measured - unseen, 0.0)) - 2, 0)], edges[min(i + 1, len(edges) - 1)]
     assert lo <= recorded <= hi, f"{what}: genobs {recorded:.4f}s, the load tool {measured:.4f}s (allowed {lo}..{hi})"
 
 
