@@ -220,8 +220,9 @@ def bench_serve(
     venv: Path, server: VllmServer, model_dir: Path, out: Path, rate: float, prompts: int, seed: int = 1
 ) -> dict:
     """`vllm bench serve` (installed with vLLM) against the server: random 32-token prompts, up to
-    64 output tokens with a bias towards EOS (most finish `stop`, as chat traffic does), Poisson
-    arrivals at `rate`. Returns its saved result (TTFT/ITL/TPOT/E2E percentiles in ms)."""
+        64 output tokens with a bias towards EOS (most finish `stop`, as chat traffic does), Poisson
+        arrivals at `rate`. Returns its saved result (TTFT/ITL/TPOT/E2E percentiles in ms, each request's
+    TTFT in seconds)."""
     name = f"bench-{int(time.time() * 1000)}.json"
     cmd = [
         str(venv / "bin" / "vllm"),
@@ -256,6 +257,7 @@ def bench_serve(
         str(seed),
         "--disable-tqdm",
         "--save-result",
+        "--save-detailed",  # each request's TTFT too (`ttfts`, seconds)
         "--result-dir",
         str(out),
         "--result-filename",

@@ -220,12 +220,30 @@ def test_steady_load_is_silent_and_agrees_with_the_load_tool(stack: Stack) -> No
     # The tool's TTFT also holds the API server's own time, which vLLM's does not: about 30 ms on
     # an idle machine here (genobs 19.8 ms against the tool's 51.1 ms, two buckets apart), so a
     # fast engine's p99 may lie up to API_SERVER_SECONDS below the tool's
+    slowest = max(result.get("ttfts") or [0.0])
     assert_in_bucket(
-        readings["ttft_p99"], result["p99_ttft_ms"] / 1000, TTFT_BOUNDS, "TTFT p99", unseen=API_SERVER_SECONDS
+        readings["ttft_p99"],
+        result["p99_ttft_ms"] / 1000,
+        TTFT_BOUNDS,
+        "TTFT p99",
+        unseen=API_SERVER_SECONDS,
+        slowest=slowest,
     )
-    figure("steady", "TTFT p99 genobs / bench (ms)", f"{readings['ttft_p99'] * 1000:.1f} / {result['p99_ttft_ms']:.1f}")
-    assert_in_bucket(readings["itl_p99"], result["p99_itl_ms"] / 1000, ITL_BOUNDS, "ITL p99")
-    figure("steady", "ITL p99 genobs / bench (ms)", f"{readings['itl_p99'] * 1000:.1f} / {result['p99_itl_ms']:.1f}")
+    figure(
+        "steady",
+        "TTFT p99 genobs / bench, the slowest request (ms)",
+        f"{readings['ttft_p99'] * 1000:.1f} / {result['p99_ttft_ms']:.1f}, {slowest * 1000:.1f}",
+    )
+    # ITL p99: the tool times the gaps between the chunks it reads, where several tokens may come
+    # at once (short gaps pull its p99 down), vLLM the steps between tokens; no step is longer
+    # than the longest gap the client saw
+    longest = max((gap for gaps in result.get("itls") or [] for gap in gaps), default=0.0)
+    assert_in_bucket(readings["itl_p99"], result["p99_itl_ms"] / 1000, ITL_BOUNDS, "ITL p99", slowest=longest)
+    figure(
+        "steady",
+        "ITL p99 genobs / bench, the longest gap (ms)",
+        f"{readings['itl_p99'] * 1000:.1f} / {result['p99_itl_ms']:.1f}, {longest * 1000:.1f}",
+    )
     # output speed per user is 1 / mean TPOT: vLLM's per-request TPOT against the tool's
     tool_speed = 1000 / result["mean_tpot_ms"]
     assert readings["speed"] == pytest.approx(tool_speed, rel=0.35), (readings, result)
@@ -261,22 +279,33 @@ API_SERVER_SECONDS = 0.04  # HTTP handling, tokenization and streaming around vL
 
 
 def assert_in_bucket(
-    recorded: float | None, measured: float, bounds: tuple[float, ...], what: str, unseen: float = 0.0
+    recorded: float | None,
+    measured: float,
+    bounds: tuple[float, ...],
+    what: str,
+    unseen: float = 0.0,
+    slowest: float = 0.0,
 ) -> None:
     """A quantile from a histogram is only known to its bucket: the recorded p99 must lie in the
     bucket of the tool's p99 or a neighbour. `unseen`: seconds of the tool's figure the engine
     does not time (its API server's HTTP handling and tokenization before vLLM's TTFT starts, the
     streaming after): the recorded p99 may also lie in the bucket of the tool's p99 less that, or
-    the one below it."""
+    the one below it. `slowest`: the slowest request the tool saw. The p99 of some 180 requests is
+    their second slowest; the tool interpolates between its neighbours, histogram_quantile within
+    its bucket, over the last minute: the recorded p99 may lie up to the bucket above the slowest
+    request's (no engine time is longer than the client's)."""
     assert recorded is not None and not math.isnan(recorded), f"{what}: no recorded value"
     edges = (0.0, *bounds, math.inf)
 
     def bucket(value: float) -> int:
         return next(k for k in range(1, len(edges)) if value <= edges[k])
 
-    i = bucket(measured)
-    lo, hi = edges[max(bucket(max(measured - unseen, 0.0)) - 2, 0)], edges[min(i + 1, len(edges) - 1)]
-    assert lo <= recorded <= hi, f"{what}: genobs {recorded:.4f}s, the load tool {measured:.4f}s (allowed {lo}..{hi})"
+    lo = edges[max(bucket(max(measured - unseen, 0.0)) - 2, 0)]
+    hi = edges[min(bucket(max(measured, slowest)) + 1, len(edges) - 1)]
+    assert lo <= recorded <= hi, (
+        f"{what}: genobs {recorded:.4f}s, the load tool {measured:.4f}s, its slowest request {slowest:.4f}s "
+        f"(allowed {lo}..{hi})"
+    )
 
 
 def test_client_timeouts_and_length_finishes_warn(stack: Stack) -> None:
