@@ -43,17 +43,10 @@ class Steps:
     def answered(self, series: int) -> None:
         self.steps = max(1, min(self.ceiling, POINTS_PER_ANSWER // max(series, 1)))
 
-    def timed_out(self, asked: int) -> bool:
-        """Half the steps asked, and never more again; False when one step timed out."""
-        if asked <= 1:
-            return False
-        self.ceiling = self.steps = max(1, asked // 2)
-        return True
-
-    def refused(self, asked: int) -> bool:
-        """Half the steps asked, and never more for this expression (what the server refuses, its
-        samples read or the answer's size, grows with the steps); False when one step was refused
-        (no smaller question)."""
+    def halved(self, asked: int) -> bool:
+        """Half the steps asked, and never more for this expression (what the server refuses or
+        takes too long over, its samples read or the answer's size, grows with the steps); False
+        when one step was asked (no smaller question)."""
         if asked <= 1:
             return False
         self.ceiling = self.steps = max(1, asked // 2)
@@ -73,11 +66,10 @@ def evaluations(
         try:
             data = server.ask("query_range", params, True)
         except PrometheusError as exc:
-            asked = round((b - a) / step) + 1
-            if any(why in str(exc) for why in TOO_LARGE) and steps.refused(asked):
-                continue
-            if TIMED_OUT in str(exc) and steps.timed_out(asked):
-                server.steps_ceiling = min(server.steps_ceiling, steps.ceiling)
+            timed_out = TIMED_OUT in str(exc)
+            if (timed_out or any(why in str(exc) for why in TOO_LARGE)) and steps.halved(round((b - a) / step) + 1):
+                if timed_out:  # the server's own speed: no later query of the run asks it for more
+                    server.steps_ceiling = min(server.steps_ceiling, steps.ceiling)
                 continue
             raise
         result = data["result"]  # type: ignore[index]  (ask checked it is a matrix)
