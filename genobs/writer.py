@@ -35,7 +35,7 @@ def _libyaml_safe(data: object) -> bool:
         t = type(node)
         if t is str or isinstance(node, str):
             # trailing blank lines (a `|+` block) make libyaml end the document with `...`
-            if search(node) or node.endswith("\n\n") or (node and not node.strip("\n")):  # type: ignore[union-attr]
+            if search(node) or yamlfast.trailing_lines(node):  # type: ignore[arg-type]
                 return False
         elif t is dict or isinstance(node, dict):
             # an empty or multi-line key is written as a complex key (`? ...`) by one of them only

@@ -74,6 +74,23 @@ def _analyze(text: str) -> tuple[bool, bool, bool]:
     return plain, single, literal
 
 
+def trailing_lines(text: str) -> bool:
+    """Text PyYAML writes as a `|+` block (trailing blank lines, or nothing but line breaks),
+    which libyaml ends with `...` and this writer leaves to PyYAML."""
+    return text.endswith("\n\n") or bool(text and not text.strip("\n"))
+
+
+def _quoted(text: str) -> str:
+    """A non-empty one-line text as PyYAML writes it, key or value: plain where its analysis
+    allows and the resolver reads it back as text, else single-quoted."""
+    plain, single, _ = _analyze(text)
+    if plain and _resolved(text) is None:
+        return text
+    if single:
+        return "'" + text.replace("'", "''") + "'"
+    raise Unsupported("text PyYAML double-quotes")
+
+
 class _Writer:
     __slots__ = ("parts", "seen", "values", "keys")
 
@@ -90,14 +107,7 @@ class _Writer:
         if found is None:
             if not k or "\n" in k or len(k) >= 100 or _SPECIAL.search(k):
                 raise Unsupported("a key that is not a simple key")
-            plain, single, _ = _analyze(k)
-            if plain and _resolved(k) is None:
-                found = k
-            elif single:
-                found = "'" + k.replace("'", "''") + "'"
-            else:
-                raise Unsupported("a key PyYAML double-quotes")
-            self.keys[k] = found
+            found = self.keys[k] = _quoted(k)
         return found
 
     def text(self, v: str, indent: int) -> str:
@@ -112,18 +122,12 @@ class _Writer:
         else:
             if len(v) > _WIDTH or _SPECIAL.search(v):
                 raise Unsupported("text PyYAML escapes or folds")
-            plain, single, _ = _analyze(v)
-            if plain and _resolved(v) is None:
-                found = " " + v
-            elif single:
-                found = " '" + v.replace("'", "''") + "'"
-            else:
-                raise Unsupported("text PyYAML double-quotes")
+            found = " " + _quoted(v)
         self.values[v] = found
         return found
 
     def literal(self, v: str, indent: int) -> str:
-        if _SPECIAL.search(v) or v.endswith("\n\n") or not v.strip("\n"):
+        if _SPECIAL.search(v) or trailing_lines(v):
             raise Unsupported("a block PyYAML escapes or keeps trailing lines of")
         _, _, allowed = _analyze(v)
         if not allowed:
@@ -157,12 +161,15 @@ class _Writer:
             return " " + found
         raise Unsupported(f"a value of type {t.__name__}")
 
+    def enter(self, node: dict | list) -> None:
+        """Each dict or list once: PyYAML writes one met again as an anchor and an alias."""
+        if id(node) in self.seen:
+            raise Unsupported(f"a shared {type(node).__name__} (PyYAML writes an anchor)")
+        self.seen.add(id(node))
+
     def mapping(self, d: dict, indent: int, first: str) -> None:
         """`d` (not empty) with its keys at column `indent`; the first key follows `first`."""
-        seen = self.seen
-        if id(d) in seen:
-            raise Unsupported("a shared dict (PyYAML writes an anchor)")
-        seen.add(id(d))
+        self.enter(d)
         add = self.parts.append
         pad = "\n" + " " * indent
         lead = first
@@ -185,10 +192,7 @@ class _Writer:
 
     def sequence(self, items: list, indent: int, first: str) -> None:
         """`items` (not empty) with their dashes at column `indent`; the first follows `first`."""
-        seen = self.seen
-        if id(items) in seen:
-            raise Unsupported("a shared list (PyYAML writes an anchor)")
-        seen.add(id(items))
+        self.enter(items)
         add = self.parts.append
         pad = "\n" + " " * indent
         lead = first
