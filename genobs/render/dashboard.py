@@ -185,21 +185,6 @@ def plain_json(obj: object) -> object:
     t = type(obj)
     if t is str or t is int or t is bool or t is float or obj is None:
         return obj
-    if t is dict or t is list or t is tuple:
-        pass
-    elif isinstance(obj, str):  # subclasses, as JSON text would give them back
-        return str(obj)
-    elif isinstance(obj, bool):
-        return bool(obj)
-    elif isinstance(obj, int):
-        return int(obj)
-    elif isinstance(obj, float):
-        return float(obj)
-    elif not isinstance(obj, (dict, list, tuple)):
-        to_json_data = getattr(obj, "to_json_data", None)
-        if to_json_data is None:
-            raise TypeError(f"a dashboard value of type {t.__name__} has no JSON form")
-        return plain_json(to_json_data())
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
@@ -207,4 +192,12 @@ def plain_json(obj: object) -> object:
                 raise TypeError(f"a dashboard key that is not text: {k!r}")  # JSON would make it text
             out[k] = plain_json(v)
         return out
-    return [plain_json(v) for v in obj]  # type: ignore[attr-defined]
+    if isinstance(obj, (list, tuple)):
+        return [plain_json(v) for v in obj]
+    for plain in (str, bool, int, float):  # subclasses, as JSON text would give them back
+        if isinstance(obj, plain):
+            return plain(obj)
+    to_json_data = getattr(obj, "to_json_data", None)
+    if to_json_data is None:
+        raise TypeError(f"a dashboard value of type {t.__name__} has no JSON form")
+    return plain_json(to_json_data())
