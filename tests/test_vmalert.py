@@ -65,6 +65,13 @@ WINDOW = "1m"  # the test spec's rate window and shortest burn window (the short
 LONG = "2m"  # the test spec's long burn window
 OBJECTIVES = {"first-token": 0.99, "token-pace": 0.99, "availability": 0.995}
 TOLERANCE = 1e-9
+# A burn that must be 0 is `requests - good` over two bucket series. VictoriaMetrics makes the
+# samples of one scrape searchable series by series, so an evaluation can read the +Inf bucket a
+# scrape newer than the threshold's and record a sliver of errors; averaged into the long window it
+# stayed for a minute at 0.0036 (0.36 % of the budget's rate; the slowest page burns at 1) in one
+# run of seven. A zero burn may be that far from 0; a burn of exactly 100 is read where the good
+# bucket does not move at all, and stays exact.
+ZERO = 0.05
 
 
 def _outage_spec(tmp_path: Path):
@@ -92,7 +99,7 @@ def _values(vm: VictoriaMetrics, expr: str, start: float, end: float) -> dict[tu
 
 def _assert_all(found: dict[tuple, list[float]], key: tuple, value: float, what: str) -> None:
     assert found.get(key), f"{what}: no samples for {key} (have {sorted(found)})"
-    bad = [v for v in found[key] if abs(v - value) > TOLERANCE]
+    bad = [v for v in found[key] if abs(v - value) > (ZERO if value == 0 else TOLERANCE)]
     assert not bad, f"{what} {key}: {len(bad)} of {len(found[key])} samples differ from {value}: {bad[:5]}"
 
 
@@ -100,9 +107,9 @@ def test_slo_identities_hold_and_the_outage_pages_on_vmalert(tmp_path: Path):
     """A healthy model and one whose first tokens all take 8-15 s from FAULT_AFTER on, behind one
     selector, scraped by VictoriaMetrics every second; vmalert evaluates the spec's rules every
     second against it, with -search.latencyOffset making every rule read recorded series a few
-    evaluations old. Exact values: a healthy model burns 0 on every SLO and window; the outage
+    evaluations old. A healthy model burns 0 on every SLO and window (within ZERO); the outage
     burns exactly 1 / (1 - 0.99) = 100 on first-token once its windows are full, and 0 on token
-    pace; errors never exceed requests, the unsuccessful rate is never negative. The TTFT burn
+    pace (within ZERO); errors never exceed requests, the unsuccessful rate is never negative. The TTFT burn
     and threshold alerts of the broken model reach the Alertmanager; nothing fires for the
     healthy one."""
     out = _outage_spec(tmp_path)
@@ -147,6 +154,16 @@ def test_slo_identities_hold_and_the_outage_pages_on_vmalert(tmp_path: Path):
                     _assert_all(burn, (BROKEN, "token-pace"), 0.0, f"outage token-pace burn {w}")
                     for slo in OBJECTIVES:
                         _assert_all(burn, (HEALTHY, slo), 0.0, f"healthy burn {w} during the outage")
+
+                # the stored raw series hold no inter-token time above the token-pace threshold:
+                # a token-pace burn above 0 is how an evaluation read them, not what was scraped
+                span = f"{int(end - fault_at + FAULT_AFTER)}s"
+                slow = vm.query(
+                    f'sum(increase(vllm:inter_token_latency_seconds_bucket{{le="+Inf"}}[{span}])) - '
+                    f'sum(increase(vllm:inter_token_latency_seconds_bucket{{le=~"0\\\\.10*"}}[{span}]))',
+                    at=end,
+                )
+                assert slow and float(slow[0]["value"][1]) == 0, slow
 
                 # over the whole run: the identities on every recorded sample
                 start = fault_at - FAULT_AFTER
