@@ -5,6 +5,7 @@ SIGKILL of the server)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -330,6 +331,8 @@ class Client:
             outcome = f"http_{exc.code}"
         except (TimeoutError, OSError) as exc:
             outcome = "timeout" if "timed out" in str(exc) or isinstance(exc, TimeoutError) else "error"
+        except http.client.HTTPException:  # the server went away mid-answer (IncompleteRead, a closed connection)
+            outcome = "error"
         with self._lock:
             self.stats[outcome] += 1
             self._in_flight -= 1
