@@ -409,7 +409,7 @@ class Streams:
                 outcome = f"http_{r.status}"
         except urllib.error.HTTPError as exc:
             outcome = f"http_{exc.code}"
-        except (TimeoutError, OSError):
+        except (TimeoutError, OSError, http.client.HTTPException):
             outcome = "error"
         finally:
             self.done[i].set()

@@ -386,7 +386,7 @@ def test_engine_stopped_while_idle_is_a_hang(stack: Stack) -> None:
 
 def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
     """The engine core stops while it decodes eight long requests (their first tokens already out,
-    none waiting): the hang warning goes pending once the rate window holds no progress: one window,
+    none waiting; on busy cores, as many of the eight as are still decoding): the hang warning goes pending once the rate window holds no progress: one window,
     not two. (The page of the last phase may still be firing: pages keep firing for a while.)"""
     # the last phase's clients gave up within 5 s; their unfinished answers leave the rate window,
     # then the warning keeps firing for its keep_firing_for (one missed scrape resolves nothing)
@@ -405,8 +405,11 @@ def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
     # its first token out and none has ended (what the clients saw: the running gauge, read in
     # scrapes, missed whole bursts). On an idle machine the tiny model decodes them in a few
     # seconds, so a stop can still come after one ended: the phase is tried again.
-    held, since = 0, time.monotonic()
-    for attempt in range(1, 4):
+    # On busy cores the API server takes the eight in over seconds, and the first can end before
+    # the last has its first token: the last attempt keeps its stop if it holds any request.
+    attempts = 3
+    held, stopped, since = 0, False, time.monotonic()
+    for attempt in range(1, attempts + 1):
         _idle_for(stack, STEP)
         streams = Streams(stack.server.url, 8, min_tokens=470)
         if not streams.all_started(timeout=60):
@@ -420,13 +423,14 @@ def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
         os.kill(core, signal.SIGSTOP)
         since = time.monotonic()
         held = streams.unfinished()
-        if held == 8:
+        if held == 8 or (attempt == attempts and held > 0):
+            stopped = True
             break
         os.kill(core, signal.SIGCONT)
         streams.join(timeout=60)
-    figure("held hang", "attempts until the stop held the eight requests", attempt)
+    figure("held hang", "attempts until the stop held the requests", attempt)
     figure("held hang", "requests held when the engine core stopped (clients' view)", held)
-    assert held == 8, f"the engine held {held} requests, not the 8 sent, in {attempt} attempts"
+    assert stopped, f"no stop held a request in {attempts} attempts (the last held {held} of 8)"
     body = stack.server.metrics()
     gauges = sample(body, "vllm:num_requests_running"), sample(body, "vllm:num_requests_waiting")
     figure("held hang", "running / waiting the engine reported once stopped", f"{gauges[0]:g} / {gauges[1]:g}")
