@@ -386,8 +386,9 @@ def test_engine_stopped_while_idle_is_a_hang(stack: Stack) -> None:
 
 def test_engine_stopped_holding_requests_is_a_hang(stack: Stack) -> None:
     """The engine core stops while it decodes eight long requests (their first tokens already out,
-    none waiting; on busy cores, as many of the eight as are still decoding): the hang warning goes pending once the rate window holds no progress: one window,
-    not two. (The page of the last phase may still be firing: pages keep firing for a while.)"""
+    none waiting; on busy cores, as many of the eight as are still decoding): the hang warning goes
+    pending once the rate window holds no progress: one window, not two. (The page of the last
+    phase may still be firing: pages keep firing for a while.)"""
     # the last phase's clients gave up within 5 s; their unfinished answers leave the rate window,
     # then the warning keeps firing for its keep_firing_for (one missed scrape resolves nothing)
     hold = _keep_firing_for(stack, "VllmEngineHung", "warning")
