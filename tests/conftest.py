@@ -29,7 +29,7 @@ def _real_vllm_figures() -> list[tuple]:
     """The figures test_real_vllm recorded in this process."""
     import sys
 
-    return [tuple(f) for name, m in list(sys.modules.items()) if name.endswith("test_real_vllm") for f in getattr(m, "FIGURES", [])]
+    return [f for name, m in list(sys.modules.items()) if name.endswith("test_real_vllm") for f in getattr(m, "FIGURES", [])]
 
 
 # figures the xdist workers sent back as they finished (the real-engine file runs in one of them)
@@ -39,12 +39,12 @@ WORKER_FIGURES: list[tuple] = []
 def pytest_sessionfinish(session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)  # set in an xdist worker only
     if workeroutput is not None:
-        workeroutput["real_vllm_figures"] = [list(f) for f in _real_vllm_figures()]
+        workeroutput["real_vllm_figures"] = _real_vllm_figures()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
-    WORKER_FIGURES.extend(tuple(f) for f in getattr(node, "workeroutput", {}).get("real_vllm_figures", []))
+    WORKER_FIGURES.extend(getattr(node, "workeroutput", {}).get("real_vllm_figures", []))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
